@@ -1,0 +1,96 @@
+// RoIPool on the CPU. Forward: parallel over (roi, channel) planes. Backward: parallel over
+// channels, each thread visiting RoIs in a fixed order, so it is race-free and deterministic.
+#include <ATen/Parallel.h>
+#include <ATen/OpMathType.h>
+#include <torch/library.h>
+
+#include "common/roi_pool_geometry.h"
+#include "roi_pool/roi_pool.h"
+
+namespace redet {
+namespace {
+
+std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cpu(const at::Tensor& input_, const at::Tensor& rois_,
+                                                        double spatial_scale, int64_t pooled_h,
+                                                        int64_t pooled_w) {
+  check_roi_pool_forward(input_, rois_, pooled_h, pooled_w, spatial_scale);
+  const auto input = input_.contiguous();
+  const auto rois = rois_.contiguous();
+  const int64_t num_rois = rois.size(0), channels = input.size(1);
+  const int height = input.size(2), width = input.size(3);
+  auto output = at::empty({num_rois, channels, pooled_h, pooled_w}, input.options());
+  auto argmax = at::empty({num_rois, channels, pooled_h, pooled_w}, input.options().dtype(at::kInt));
+  if (output.numel() == 0) return {output, argmax};
+
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "roi_pool_cpu", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* in = input.data_ptr<scalar_t>();
+    const scalar_t* roi_data = rois.data_ptr<scalar_t>();
+    scalar_t* out = output.data_ptr<scalar_t>();
+    int* arg = argmax.data_ptr<int>();
+    const int64_t bins = pooled_h * pooled_w;
+    at::parallel_for(0, num_rois * channels, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t kc = begin; kc < end; ++kc) {
+        const int64_t k = kc / channels, c = kc % channels;
+        const scalar_t* roi = roi_data + k * 5;
+        const int64_t n = static_cast<int64_t>(roi[0]);
+        const scalar_t* plane = in + (n * channels + c) * height * width;
+        for (int ph = 0; ph < pooled_h; ++ph) {
+          for (int pw = 0; pw < pooled_w; ++pw) {
+            const PoolBin b = roi_pool_bin<scalar_t, acc_t>(roi, static_cast<acc_t>(spatial_scale),
+                                                            ph, pw, pooled_h, pooled_w, height, width);
+            acc_t value;
+            const int64_t o = kc * bins + ph * pooled_w + pw;
+            arg[o] = bin_max<scalar_t, acc_t>(plane, width, b, &value);
+            out[o] = static_cast<scalar_t>(value);
+          }
+        }
+      }
+    });
+  });
+  return {output, argmax};
+}
+
+at::Tensor roi_pool_backward_cpu(const at::Tensor& grad_, const at::Tensor& rois_,
+                                 const at::Tensor& argmax_, int64_t batch_size, int64_t channels,
+                                 int64_t height, int64_t width) {
+  check_roi_pool_backward(grad_, rois_, argmax_, channels);
+  const auto grad = grad_.contiguous();
+  const auto rois = rois_.contiguous();
+  const auto argmax = argmax_.contiguous();
+  // Accumulate in float (double for double) and convert once: float16 sums stay accurate.
+  const auto acc_dtype = grad.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  auto grad_input = at::zeros({batch_size, channels, height, width}, grad.options().dtype(acc_dtype));
+  const int64_t num_rois = rois.size(0), bins = grad.numel() / std::max<int64_t>(1, num_rois * channels);
+  if (grad.numel() == 0) return grad_input.to(grad.scalar_type());
+
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "roi_pool_backward_cpu", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t* g = grad.data_ptr<scalar_t>();
+    const scalar_t* roi_data = rois.data_ptr<scalar_t>();
+    const int* arg = argmax.data_ptr<int>();
+    acc_t* gin = grad_input.data_ptr<acc_t>();
+    at::parallel_for(0, channels, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        for (int64_t k = 0; k < num_rois; ++k) {
+          const int64_t n = static_cast<int64_t>(roi_data[k * 5]);
+          acc_t* plane = gin + (n * channels + c) * height * width;
+          const int64_t base = (k * channels + c) * bins;
+          for (int64_t i = 0; i < bins; ++i) {
+            if (arg[base + i] >= 0) plane[arg[base + i]] += static_cast<acc_t>(g[base + i]);
+          }
+        }
+      }
+    });
+  });
+  return grad_input.to(grad.scalar_type());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(redet, CPU, m) {
+  m.impl("roi_pool", &roi_pool_forward_cpu);
+  m.impl("_roi_pool_backward", &roi_pool_backward_cpu);
+}
+
+}  // namespace redet

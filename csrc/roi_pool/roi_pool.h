@@ -1,0 +1,28 @@
+// RoIPool (Fast R-CNN max pooling, torchvision semantics): argument checks shared by both backends.
+#pragma once
+#include "common/checks.h"
+
+namespace redet {
+
+inline void check_roi_pool_forward(const at::Tensor& input, const at::Tensor& rois,
+                                   int64_t pooled_h, int64_t pooled_w, double spatial_scale) {
+  constexpr const char* op = "roi_pool";
+  check_feature_map(input, op);
+  check_rois(rois, input, 5, "(batch_index, x1, y1, x2, y2)", op);
+  check_output_size(pooled_h, pooled_w, op);
+  check_positive(spatial_scale, "spatial_scale", op);
+}
+
+inline void check_roi_pool_backward(const at::Tensor& grad, const at::Tensor& rois,
+                                    const at::Tensor& argmax, int64_t channels) {
+  constexpr const char* op = "_roi_pool_backward";
+  TORCH_CHECK(grad.dim() == 4 && grad.size(0) == rois.size(0) && grad.size(1) == channels, op,
+              ": grad_output must have shape (K, C, pooled_h, pooled_w) = (", rois.size(0), ", ",
+              channels, ", ...), got ", grad.sizes());
+  TORCH_CHECK(argmax.sizes() == grad.sizes() && argmax.scalar_type() == at::kInt, op,
+              ": argmax must be an int32 tensor shaped like grad_output");
+  TORCH_CHECK(grad.device() == rois.device() && argmax.device() == rois.device(), op,
+              ": grad_output, rois and argmax must be on one device");
+}
+
+}  // namespace redet

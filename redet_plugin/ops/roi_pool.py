@@ -1,0 +1,73 @@
+"""RoIPool (Fast R-CNN max pooling) with torchvision's semantics.
+
+Schema and kernels: csrc/roi_pool/. rois are (K, 5) = (batch_index, x1, y1, x2, y2) in image
+coordinates, or a list of per-image (Ki, 4) boxes. Corners are rounded after scaling by
+spatial_scale, malformed RoIs become 1x1, empty bins give 0 and pass no gradient.
+"""
+from typing import List, Sequence, Union
+
+import torch
+from torch import nn
+
+from .. import _ext
+from ._common import (forbid_double_backward, output_size_pair, positive_float,
+                      rois_with_batch_index)
+
+OP = "roi_pool"
+
+if _ext.is_loaded():
+    @torch.library.register_fake("redet::roi_pool")
+    def _roi_pool_fake(input, rois, spatial_scale, pooled_height, pooled_width):
+        torch._check(input.dim() == 4, lambda: "roi_pool: input must be 4-D")
+        shape = (rois.shape[0], input.shape[1], pooled_height, pooled_width)
+        return input.new_empty(shape), input.new_empty(shape, dtype=torch.int32)
+
+    @torch.library.register_fake("redet::_roi_pool_backward")
+    def _roi_pool_backward_fake(grad, rois, argmax, batch_size, channels, height, width):
+        return grad.new_empty((batch_size, channels, height, width))
+
+    def _setup_context(ctx, inputs, output):
+        input, rois, *_ = inputs
+        ctx.save_for_backward(rois, output[1])
+        ctx.input_shape = input.shape
+
+    def _backward(ctx, grad_output, _grad_argmax):
+        rois, argmax = ctx.saved_tensors
+        grad_input = None
+        if ctx.needs_input_grad[0]:
+            grad_input = torch.ops.redet._roi_pool_backward(grad_output, rois, argmax,
+                                                            *ctx.input_shape)
+        return grad_input, None, None, None, None
+
+    torch.library.register_autograd("redet::roi_pool", _backward, setup_context=_setup_context)
+    torch.library.register_autograd(
+        "redet::_roi_pool_backward", forbid_double_backward(OP),
+        setup_context=lambda ctx, inputs, output: None)
+
+
+def roi_pool(input: torch.Tensor, rois: Union[torch.Tensor, List[torch.Tensor]],
+             output_size: Union[int, Sequence[int]], spatial_scale: float = 1.0) -> torch.Tensor:
+    """Max-pools each RoI of `input` (N, C, H, W) into (K, C, *output_size)."""
+    if not isinstance(input, torch.Tensor):
+        raise TypeError(f"{OP}: input must be a tensor, got {type(input).__name__}")
+    rois = rois_with_batch_index(rois, 4, "(batch_index, x1, y1, x2, y2)", OP)
+    pooled_h, pooled_w = output_size_pair(output_size, OP)
+    scale = positive_float(spatial_scale, "spatial_scale", OP)
+    _ext.require(OP, input, rois)
+    output, _ = torch.ops.redet.roi_pool(input, rois, scale, pooled_h, pooled_w)
+    return output
+
+
+class RoIPool(nn.Module):
+    """nn.Module form of :func:`roi_pool`; `.output_size` is the (h, w) pair mmdet reads."""
+
+    def __init__(self, output_size: Union[int, Sequence[int]], spatial_scale: float = 1.0):
+        super().__init__()
+        self.output_size = output_size_pair(output_size, OP)
+        self.spatial_scale = positive_float(spatial_scale, "spatial_scale", OP)
+
+    def forward(self, input: torch.Tensor, rois) -> torch.Tensor:
+        return roi_pool(input, rois, self.output_size, self.spatial_scale)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}, spatial_scale={self.spatial_scale}"
