@@ -76,11 +76,11 @@ def test_riroi_layer_builds_and_trains():
 
 @needs_flow
 def test_depth_flow_projection_builds_and_trains():
-    layer = MODELS.build(dict(type="DepthFlowProjection"))
+    layer = MODELS.build(dict(type="DepthFlowProjection", t=0.5, fill_holes=False))
     assert type(layer) is redet_ops.DepthFlowProjection
     flow = torch.randn(1, 2, 6, 7, requires_grad=True)
     depth = (torch.rand(1, 1, 6, 7) + 0.5).requires_grad_(True)
-    out = layer(flow, depth, 0.5)
+    out = layer(flow, depth)
     assert out.shape == (1, 2, 6, 7)
     assert _backward_reaches([flow, depth], out) == [True, True]
 
@@ -175,3 +175,14 @@ def test_importing_twice_and_reloading_is_harmless():
     assert result.returncode == 0, result.stderr[-3000:]
     assert "clash refused:" in result.stdout and "RoIPoolRoIHead" in result.stdout
     assert "reloaded" in result.stdout
+
+
+def test_mmdets_own_extractor_takes_our_roipool_given_as_a_class():
+    """The other way in (a pure-Python config that imports the class): mmdet's SingleRoIExtractor
+    uses a non-string roi_layer type as is."""
+    extractor = MODELS.build(dict(type="SingleRoIExtractor", out_channels=4, featmap_strides=[4, 8],
+                                  roi_layer=dict(type=redet_ops.RoIPool, output_size=7)))
+    assert all(type(layer) is redet_ops.RoIPool for layer in extractor.roi_layers)
+    feats = _pyramid(4, sizes=(32, 16))
+    out = extractor(feats, torch.tensor([[0, 4.0, 4.0, 40.0, 40.0]]))
+    assert _backward_reaches(feats, out) == [True, False]
