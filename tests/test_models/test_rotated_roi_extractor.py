@@ -61,6 +61,20 @@ def test_levels_follow_roi_scale_and_are_clamped():
                          [0, 0, 0, -20, 30, 0]], dtype=torch.float32)
     assert extractor.map_roi_levels(rois, 4).tolist() == [0, 0, 1, 2, 3, 3, 0]
     assert extractor.map_roi_levels(rois, 2).tolist() == [0, 0, 1, 1, 1, 1, 0]
+    assert extractor.map_roi_levels(rois.half(), 4).tolist() == [0, 0, 1, 2, 3, 3, 0]  # no overflow
+    at_boundaries = torch.tensor([[0, 0, 0, 112, 112, 0], [0, 0, 0, 224, 224, 0.0]])
+    assert extractor.map_roi_levels(at_boundaries, 4).tolist() == [1, 2]
+
+
+def test_levels_equal_mmrotates_formula():
+    extractor = rotated_extractor(dict(type=RecordingLayer, output_size=7), strides=[4, 8, 16, 32, 64])
+    g = torch.Generator().manual_seed(0)
+    rois = torch.zeros(2000, 6, dtype=torch.float64)
+    rois[:, 3:5] = torch.exp(torch.empty(2000, 2, dtype=torch.float64).uniform_(0, 8, generator=g))
+    scale = torch.sqrt(rois[:, 3] * rois[:, 4])
+    mmrotate = torch.floor(torch.log2(scale / 56 + 1e-6)).clamp(min=0, max=4).long()
+    assert torch.equal(extractor.map_roi_levels(rois, 5), mmrotate)
+    assert set(mmrotate.tolist()) == {0, 1, 2, 3, 4}
 
 
 def test_roi_scale_factor_scales_w_and_h_after_the_level_is_chosen():

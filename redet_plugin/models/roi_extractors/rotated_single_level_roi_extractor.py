@@ -52,10 +52,19 @@ class RotatedSingleRoIExtractor(BaseRoIExtractor):
         return build_roi_layers(layer_cfg, featmap_strides)
 
     def map_roi_levels(self, rois: Tensor, num_levels: int) -> Tensor:
-        """Level of each RoI from its scale sqrt(w*h): < 2*finest_scale -> 0, < 4* -> 1, ..."""
-        scale = (rois[:, 3] * rois[:, 4]).clamp(min=0).sqrt()
-        levels = torch.floor(torch.log2(scale / self.finest_scale + 1e-6))
-        return levels.clamp(min=0, max=num_levels - 1).long()
+        """Level of each RoI from its scale sqrt(w*h): < 2*finest_scale -> 0, < 4* -> 1, ...,
+        clamped to num_levels - 1; a negative w*h counts as 0.
+
+        mmdet's rule floor(log2(scale / finest_scale + 1e-6)) written as a search of w*h among
+        the level thresholds (finest_scale * (2^l - 1e-6))^2: two kernels instead of nine.
+        """
+        w, h = rois[:, 3], rois[:, 4]
+        if w.element_size() < 4:  # fp16 w*h overflows beyond sqrt(65504) = 256 px
+            w, h = w.float(), h.float()
+        area = w * h
+        thresholds = [(self.finest_scale * (2.0 ** level - 1e-6)) ** 2
+                      for level in range(1, num_levels)]
+        return torch.bucketize(area, area.new_tensor(thresholds), right=True)
 
     def roi_rescale(self, rois: Tensor, scale_factor: Union[float, Tuple[float, float]]) -> Tensor:
         """Scales w and h about the centre; a number, or (h_scale, w_scale) as in mmrotate."""
@@ -76,8 +85,8 @@ class RotatedSingleRoIExtractor(BaseRoIExtractor):
         if not isinstance(rois, Tensor) or rois.dim() != 2 or rois.size(1) != 6:
             raise ValueError("rois: expected a (K, 6) tensor (batch_idx, cx, cy, w, h, theta), got "
                              f"{tuple(rois.shape) if isinstance(rois, Tensor) else type(rois)}")
-        rois = rois.type_as(feats[0])
         levels = self.map_roi_levels(rois, len(feats))
+        rois = rois.type_as(feats[0])  # the ops take rois in the features' dtype (amp: fp16)
         if roi_scale_factor is not None:
             rois = self.roi_rescale(rois, roi_scale_factor)
         if self.fused:
