@@ -12,6 +12,7 @@ Classes (DOTA names, so DOTA configs and palettes apply), each with its own shap
   tennis-court   green court with white lines and a net
 About 8% of the objects are faint (low contrast) and annotated as difficult.
 """
+import glob
 import json
 import math
 import os
@@ -196,8 +197,11 @@ def generate_synthetic_dota(root: str, num_train: int = 400, num_val: int = 100,
                   classes=list(classes))
     jobs = [('train', i) for i in range(num_train)] + [('val', i) for i in range(num_val)]
     for split in ('train', 'val'):
-        os.makedirs(osp.join(root, split, 'images'), exist_ok=True)
-        os.makedirs(osp.join(root, split, 'labelTxt'), exist_ok=True)
+        for folder, ext in (('images', 'png'), ('labelTxt', 'txt')):
+            os.makedirs(osp.join(root, split, folder), exist_ok=True)
+            # A previous, larger generation must not leave stale files behind.
+            for stale in glob.glob(osp.join(root, split, folder, f'{split}_*.{ext}')):
+                os.remove(stale)
     bar = _progress_bar(len(jobs)) if progress else None
     for split, index in jobs:
         rng = np.random.default_rng([seed, 0 if split == 'train' else 1, index])
