@@ -5,12 +5,12 @@ quadrilateral (minimum-area rectangle), so mmdet's `LoadAnnotations(box_type='rb
 RotatedBoxes. The quadrilateral itself stays in 'polygon'.
 """
 import glob
+import warnings
 import os.path as osp
 from typing import List, Optional, Sequence, Tuple, Union
 
 from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
-from mmengine.logging import print_log
 from PIL import Image
 
 from ..structures import qbox2rbox
@@ -23,6 +23,10 @@ HEADER_PREFIXES = ('imagesource:', 'gsd:')
 
 class DOTAAnnotationError(ValueError):
     """A DOTA annotation file (or its image) is malformed; the message names file and line."""
+
+
+class DOTAAnnotationWarning(UserWarning):
+    """A malformed line or missing image was skipped (on_bad_line='warn')."""
 
 
 def parse_dota_line(line: str) -> Optional[Tuple[List[float], str, int]]:
@@ -87,7 +91,7 @@ class DOTADataset(BaseDetDataset):
     def _bad(self, message: str) -> None:
         if self.on_bad_line == 'error':
             raise DOTAAnnotationError(message)
-        print_log(f'DOTADataset: skipped: {message}', logger='current', level=30)
+        warnings.warn(f'DOTADataset: skipped: {message}', DOTAAnnotationWarning)
 
     def _find_image(self, stem: str) -> Optional[str]:
         for suffix in self.img_suffixes:
