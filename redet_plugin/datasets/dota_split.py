@@ -57,9 +57,9 @@ def cut_objects(objects: Sequence[DotaObject], left: int, top: int, patch_size: 
             hull = np.asarray(inside.convex_hull.exterior.coords, dtype=np.float64)[:-1]
             rect = cv2.minAreaRect(hull.astype(np.float32))
             coords = cv2.boxPoints(rect).astype(np.float64) - [left, top]
+            # DOTA's clockwise corner order, then inside the patch (float32 fitting may overshoot).
+            coords = rbox2qbox(qbox2rbox(coords.reshape(1, 8)).double()).reshape(4, 2).numpy()
             coords = np.clip(coords, 0, patch_size)
-            # Keep DOTA's clockwise corner order.
-            coords = rbox2qbox(qbox2rbox(coords.reshape(1, 8))).reshape(4, 2).numpy()
             difficulty = 2
         else:
             continue
@@ -97,7 +97,7 @@ def read_dota_objects(txt: str) -> List[DotaObject]:
 def write_dota_objects(txt: str, objects: Sequence[DotaObject]) -> None:
     with open(txt, 'w') as f:
         for coords, name, difficulty in objects:
-            f.write(' '.join(f'{v:.1f}' for v in coords) + f' {name} {difficulty}\n')
+            f.write(' '.join(f'{v:.2f}' for v in coords) + f' {name} {difficulty}\n')
 
 
 def split_dota(src: str, dst: str, patch_size: int = 1024, gap: int = 200, rates: Sequence[float] = (1.0,),
