@@ -53,9 +53,11 @@ def match_detections(det_boxes: np.ndarray, det_scores: np.ndarray, gt_boxes: np
 def average_precision(recalls: np.ndarray, precisions: np.ndarray, mode: str = '11points') -> float:
     """VOC07 11-point interpolated AP ('11points') or the area under the envelope of the PR curve ('area')."""
     if mode == '11points':
+        # Exactly the devkits' (VOC, DOTA, mmdet) thresholds: np.arange's 0.6000000000000001 leaves
+        # out a recall of 3/5, as the official evaluation does.
         ap = 0.0
-        for t in np.arange(0, 1.1, 0.1):
-            above = precisions[recalls >= t - 1e-12]
+        for t in np.arange(0.0, 1.1, 0.1):
+            above = precisions[recalls >= t]
             ap += above.max() if above.size else 0.0
         return float(ap / 11)
     if mode == 'area':
@@ -95,9 +97,9 @@ def eval_rotated_map(detections: Sequence[List[np.ndarray]], annotations: Sequen
             fps.append(fp)
         scores, tp, fp = np.concatenate(scores), np.concatenate(tps), np.concatenate(fps)
         order = np.argsort(-scores, kind='stable')
-        tp, fp = np.cumsum(tp[order]), np.cumsum(fp[order])
+        tp, fp = np.cumsum(tp[order], dtype=np.float64), np.cumsum(fp[order], dtype=np.float64)
         recalls = tp / max(num_gts, 1)
-        precisions = tp / np.maximum(tp + fp, np.finfo(np.float32).eps)
+        precisions = tp / np.maximum(tp + fp, np.finfo(np.float64).eps)
         ap = average_precision(recalls, precisions, mode) if num_gts > 0 else 0.0
         results.append(dict(num_gts=num_gts, num_dets=len(scores),
                             recall=float(recalls[-1]) if recalls.size else 0.0, ap=ap))
