@@ -1,1 +1,3 @@
-"""(to be filled by its issue)"""
+"""Registers the model components in mmdet's MODELS registry (one import per subpackage)."""
+from . import backbones  # noqa: F401
+from . import necks  # noqa: F401
