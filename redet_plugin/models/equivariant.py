@@ -2,9 +2,12 @@
 
 A feature map with `channels` plain channels is `channels // N` regular fields; e2cnn lays a
 regular field out as N consecutive channels, so channel index = field * N + orientation, which is
-the layout RiRoIAlignRotated reads. Rotating the input image by 2*pi/N (counter-clockwise on screen,
-i.e. torch.rot90 with k=1 when N=4... see tests/test_models/test_re_resnet.py) rotates the feature
-map spatially and cycles each field's orientation channels by one step.
+the layout RiRoIAlignRotated reads. Rotating the input image counter-clockwise on screen (image
+y axis pointing down) by k * 2*pi/N rotates every feature map the same way and moves orientation
+channel o to (o + k) mod N: torch.rot90(image, 1, (2, 3)) moves o to o + 2 for C8
+(tests/test_models/test_re_resnet.py). Boxes whose angle theta turns the x axis towards +y (le90,
+RiRoIAlign with clockwise=True) get theta - pi/2 under that rotation, and RiRoIAlign's
+orientation shift floor(theta * N / 2pi) drops by 2: the two agree (test_redet_promise.py).
 
 The equivariant modules keep e2cnn's GeometricTensor inside a network and plain tensors at its
 borders, so mmdet components see ordinary tensors. `convert_to_plain` swaps every e2cnn module for
@@ -53,11 +56,52 @@ def r2conv(in_type: enn.FieldType, out_type: enn.FieldType, kernel_size: int, st
     return conv
 
 
+class CachedFilterR2Conv(enn.R2Conv):
+    """e2cnn's R2Conv whose eval-mode filter cache never enters state_dict.
+
+    e2cnn keeps the expanded filter (and bias) as buffers: a zero one from construction, a real one
+    after eval(). As persistent buffers they would make checkpoints depend on the mode they were
+    saved in (and a strict load into an eval-mode model fail), and hold a dense copy of every
+    filter in train mode.
+    """
+
+    _CACHE = ("filter", "expanded_bias")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._drop_cache()
+        # an eval-mode conv must not keep running with the filter of the weights before loading
+        self.register_load_state_dict_post_hook(_refresh_after_load)
+
+    def _drop_cache(self):
+        for name in self._CACHE:
+            if name in self._buffers:
+                del self._buffers[name]
+            elif name in self.__dict__:
+                del self.__dict__[name]
+
+    def train(self, mode: bool = True):
+        if mode:
+            self._drop_cache()
+        super().train(mode)
+        self._non_persistent_buffers_set.update(self._CACHE)
+        return self
+
+    @torch.no_grad()
+    def refresh_cache(self):
+        """Rebuild the eval-mode filter from the current weights (e.g. after load_state_dict)."""
+        if not self.training:
+            self._drop_cache()
+            self.training = True
+            self.train(False)
+
+
 def _bare_r2conv(in_type, out_type, kernel_size, stride=1, padding=0, bias=False) -> enn.R2Conv:
     # frequencies_cutoff = 3 r is the basis the published ReDet checkpoints were trained with;
     # the same basis is needed for their coefficients to mean the same filters.
-    return enn.R2Conv(in_type, out_type, kernel_size, stride=stride, padding=padding, bias=bias,
-                      sigma=None, frequencies_cutoff=lambda r: 3 * r, initialize=False)
+    return CachedFilterR2Conv(in_type, out_type, kernel_size, stride=stride, padding=padding,
+                              bias=bias, sigma=None, frequencies_cutoff=lambda r: 3 * r,
+                              initialize=False)
 
 
 @torch.no_grad()
@@ -100,20 +144,9 @@ class EquivariantNetwork(nn.Module):
     """Mixin for networks built from e2cnn modules with plain tensors at their borders.
 
     - `export()` turns the network into plain PyTorch modules (in place; eval mode).
-    - e2cnn's R2Conv caches its expanded filter as a buffer in eval mode; we keep that cache out of
-      state_dict (so checkpoints do not depend on the mode they were saved in) and rebuild it after
-      load_state_dict (so an eval-mode model never runs with filters of the weights before loading).
     """
 
     exported = False
-
-    def _init_equivariant_network(self):
-        self.register_load_state_dict_post_hook(_refresh_filter_caches)
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        _mark_filter_caches_non_persistent(self)
-        return self
 
     def export(self):
         """Replace every e2cnn module by its plain PyTorch equivalent (in place); returns self."""
@@ -145,19 +178,8 @@ def _export_children(module: nn.Module) -> None:
             _export_children(child)
 
 
-def _mark_filter_caches_non_persistent(module: nn.Module) -> None:
-    for m in module.modules():
-        if isinstance(m, enn.R2Conv):
-            m._non_persistent_buffers_set.update(("filter", "expanded_bias"))
-
-
-@torch.no_grad()
-def _refresh_filter_caches(module: nn.Module, _incompatible_keys) -> None:
-    for m in module.modules():
-        if isinstance(m, enn.R2Conv) and not m.training:
-            m.train(True)  # drops the stale cache
-            m.train(False)  # expands the filters of the loaded weights
-    _mark_filter_caches_non_persistent(module)
+def _refresh_after_load(conv: CachedFilterR2Conv, _incompatible_keys) -> None:
+    conv.refresh_cache()
 
 
 def convert_to_plain(model: nn.Module) -> nn.Module:

@@ -126,7 +126,6 @@ class ReResNet(EquivariantNetwork, BaseModule):
                 raise ValueError("ReResNet: give either pretrained or init_cfg, not both")
             init_cfg = dict(type="Pretrained", checkpoint=pretrained)
         super().__init__(init_cfg=init_cfg)
-        self._init_equivariant_network()
         if depth not in self.arch_settings:
             raise KeyError(f"ReResNet: depth must be one of {sorted(self.arch_settings)}; got {depth}")
         if not 1 <= num_stages <= 4:

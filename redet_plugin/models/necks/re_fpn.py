@@ -42,7 +42,6 @@ class ReFPN(EquivariantNetwork, BaseModule):
                  num_orientations: int = NUM_ORIENTATIONS,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        self._init_equivariant_network()
         in_channels = list(in_channels)
         if not in_channels:
             raise ValueError("ReFPN: in_channels must list at least one level; got []")
