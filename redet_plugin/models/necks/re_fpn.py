@@ -27,6 +27,9 @@ class ReFPN(EquivariantNetwork, BaseModule):
             'on_input'), as in mmdet's FPN.
         start_level, end_level: input levels used (end_level -1 = the last, inclusive otherwise).
         relu_before_extra_convs: ReLU before every extra conv but the first, as in mmdet's FPN.
+        upsample_cfg: F.interpolate arguments of the top-down path, as in mmdet's FPN (without a
+            scale_factor the coarser level is resized to the finer one's size). Nearest (the
+            published ReDet) is not symmetric between odd sizes; bilinear with align_corners=True is.
         num_orientations: N of the rotation group C_N (8 in ReDet).
     Output: a tuple of num_outs plain tensors with out_channels channels (channel = field*N + o).
     """
@@ -39,6 +42,7 @@ class ReFPN(EquivariantNetwork, BaseModule):
                  end_level: int = -1,
                  add_extra_convs: Union[bool, str] = False,
                  relu_before_extra_convs: bool = False,
+                 upsample_cfg: dict = dict(mode="nearest"),
                  num_orientations: int = NUM_ORIENTATIONS,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
@@ -66,6 +70,7 @@ class ReFPN(EquivariantNetwork, BaseModule):
         self.backbone_end_level = backbone_end_level
         self.add_extra_convs = add_extra_convs
         self.relu_before_extra_convs = relu_before_extra_convs
+        self.upsample_cfg = dict(upsample_cfg)
 
         self.in_types = [regular_type(c, num_orientations, f"in_channels[{i}]")
                          for i, c in enumerate(in_channels)]
@@ -89,8 +94,11 @@ class ReFPN(EquivariantNetwork, BaseModule):
         wrapped = {i: self.wrap_input(inputs[i], self.in_types[i], f"inputs[{i}]") for i in levels}
         laterals = [to_plain(conv(wrapped[i])) for conv, i in zip(self.lateral_convs, levels)]
         for i in range(len(laterals) - 1, 0, -1):
-            laterals[i - 1] = laterals[i - 1] + F.interpolate(
-                laterals[i], size=laterals[i - 1].shape[2:], mode="nearest")
+            if "scale_factor" in self.upsample_cfg:
+                upsampled = F.interpolate(laterals[i], **self.upsample_cfg)
+            else:
+                upsampled = F.interpolate(laterals[i], size=laterals[i - 1].shape[2:], **self.upsample_cfg)
+            laterals[i - 1] = laterals[i - 1] + upsampled
         outs: List = [to_plain(conv(self.wrap(lat, self.out_type))) for conv, lat in zip(self.fpn_convs, laterals)]
 
         if not self.add_extra_convs:
