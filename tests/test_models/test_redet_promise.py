@@ -80,15 +80,15 @@ def _riroi_reference(features, rois, out_size, spatial_scale, clockwise=True):
                                  num_orientations=8, clockwise=clockwise)
 
 
-def rotate_rois(rois, size=SIZE):
+def rotate_rois(rois, size):
     """The RoIs of the image turned by torch.rot90(k=1): (cy, S-1-cx, w, h, theta - pi/2)."""
     b, cx, cy, w, h, theta = rois.unbind(1)
     return torch.stack([b, cy, size - 1 - cx, w, h, theta - math.pi / 2], dim=1)
 
 
-def level_rois(stride, generator):
+def level_rois(stride, size, generator):
     """RoIs a few feature pixels big, some centred on the image centre, some off it, random angles."""
-    c = (SIZE - 1) / 2
+    c = (size - 1) / 2
     k = 6
     centres = torch.tensor([[c, c]]) + (torch.rand(k, 2, generator=generator) - 0.5) * stride * 2
     centres[0] = c
@@ -104,9 +104,10 @@ def pooled_errors(backbone, neck, pool, image, generator):
         feats_rot = neck(backbone(torch.rot90(image, 1, (2, 3))))
     errors = []
     for stride, f, f_rot in zip(STRIDES, feats, feats_rot):
-        rois = level_rois(stride, generator)
+        size = image.shape[-1]
+        rois = level_rois(stride, size, generator)
         a = pool(f, rois, 3, 1.0 / stride)
-        b = pool(f_rot, rotate_rois(rois), 3, 1.0 / stride)
+        b = pool(f_rot, rotate_rois(rois, size), 3, 1.0 / stride)
         errors.append(((b - a).norm() / a.norm()).item())
     return errors
 
