@@ -1,4 +1,7 @@
-"""mmdet-registry components; importing this package registers them (one import per module)."""
+"""Registers the model components in mmdet's MODELS registry (one import per module/subpackage)."""
+from . import backbones  # noqa: F401
+from . import necks  # noqa: F401
+from .equivariant import convert_to_plain  # noqa: F401
 from . import roi_layers  # noqa: F401
 from . import roi_extractors  # noqa: F401
 from . import roi_heads  # noqa: F401
