@@ -154,10 +154,15 @@ def test_importing_twice_and_reloading_is_harmless():
         import redet_plugin as again
         from mmdet.registry import MODELS
         before = {n: MODELS.get(n) for n in %r if MODELS.get(n) is not None}
-        modules = [m for n, m in sorted(sys.modules.items()) if n.startswith('redet_plugin.models')]
+        # the package import lists, and this registering modules (register_once)
+        names = ['redet_plugin.models.roi_layers',
+                 'redet_plugin.models.roi_extractors.rotated_single_level_roi_extractor',
+                 'redet_plugin.models.roi_extractors.horizontal_single_level_roi_extractor',
+                 'redet_plugin.models.roi_heads.roipool_roi_head', 'redet_plugin.models',
+                 'redet_plugin']
+        modules = [sys.modules[name] for name in names]
         for module in modules:
             importlib.reload(module)
-        importlib.reload(redet_plugin)
         after = {n: MODELS.get(n) for n in before}
         assert all(after[n].__qualname__ == before[n].__qualname__ for n in before), after
         MODELS.build(dict(type='HorizontalSingleRoIExtractor', out_channels=4, featmap_strides=[4],
