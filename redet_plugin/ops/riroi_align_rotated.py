@@ -25,8 +25,7 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import (forbid_double_backward, output_size_pair, positive_float,
-                      rois_with_batch_index)
+from ._common import output_size_pair, positive_float, rois_with_batch_index
 
 OP = "riroi_align_rotated"
 MULTI_OP = "riroi_align_rotated_multilevel"
@@ -92,13 +91,38 @@ if _ext.is_loaded():
                 *ctx.batch_and_channels, ctx.heights, ctx.widths)
         return grads, None, None, None, None, None, None, None, None, None
 
+    # The backward is linear in grad_output and is the forward's transpose, so its own gradient
+    # (double backward) is the forward applied to the incoming gradient.
+    def _setup_backward_context(ctx, inputs, output):
+        grad_output, rois, spatial_scale, *options_and_shape = inputs
+        ctx.save_for_backward(rois)
+        ctx.args = (spatial_scale, *grad_output.shape[2:], *options_and_shape[:4])
+
+    def _double_backward(ctx, grad_grad_input):
+        (rois,) = ctx.saved_tensors
+        grad_grad_output = torch.ops.redet.riroi_align_rotated(grad_grad_input, rois, *ctx.args)
+        return (grad_grad_output,) + (None,) * 10
+
+    def _setup_multilevel_backward_context(ctx, inputs, output):
+        grad_output, rois, levels, spatial_scales, *options_and_shape = inputs
+        ctx.save_for_backward(rois, levels)
+        ctx.args = (spatial_scales, *grad_output.shape[2:], *options_and_shape[:4])
+
+    def _multilevel_double_backward(ctx, grad_grad_features):
+        rois, levels = ctx.saved_tensors
+        grad_grad_output = torch.ops.redet.riroi_align_rotated_multilevel(
+            list(grad_grad_features), rois, levels, *ctx.args)
+        return (grad_grad_output,) + (None,) * 11
+
     torch.library.register_autograd("redet::riroi_align_rotated", _backward,
                                     setup_context=_setup_context)
     torch.library.register_autograd("redet::riroi_align_rotated_multilevel",
                                     _multilevel_backward, setup_context=_setup_multilevel_context)
-    for _name in ("_riroi_align_rotated_backward", "_riroi_align_rotated_multilevel_backward"):
-        torch.library.register_autograd(f"redet::{_name}", forbid_double_backward(OP),
-                                        setup_context=lambda ctx, inputs, output: None)
+    torch.library.register_autograd("redet::_riroi_align_rotated_backward", _double_backward,
+                                    setup_context=_setup_backward_context)
+    torch.library.register_autograd("redet::_riroi_align_rotated_multilevel_backward",
+                                    _multilevel_double_backward,
+                                    setup_context=_setup_multilevel_backward_context)
 
 
 def _options(num_samples, num_orientations, clockwise, legacy_orientation, op: str):
