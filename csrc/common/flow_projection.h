@@ -43,21 +43,21 @@ REDET_HOST_DEVICE acc_t projection_weight(acc_t depth, bool inverse_depth) {
   return inverse_depth ? depth : acc_t(1) / depth;
 }
 
-// Output and count of one pixel from the accumulators. `acc` offers count(i) and sum(i, k) for
-// pixel index i of the image starting at pixel `base`.
-template <typename acc_t, typename Reader>
+// Output and count of one pixel from the accumulators. `acc.load(i, &sum_x, &sum_y, &count)`
+// reads pixel i (an index into the whole batch; the image starts at pixel `base`).
+template <typename calc_t, typename Reader>
 REDET_HOST_DEVICE void finalize_pixel(const Reader& acc, int64_t base, int x, int y, int width,
-                                      int height, bool fill_holes, acc_t* out_x, acc_t* out_y,
-                                      acc_t* count) {
-  const int64_t i = base + static_cast<int64_t>(y) * width + x;
-  const acc_t c = acc.count(i);
-  if (c > acc_t(0)) {
-    *out_x = acc.sum(i, 0) / c;
-    *out_y = acc.sum(i, 1) / c;
+                                      int height, bool fill_holes, calc_t* out_x, calc_t* out_y,
+                                      calc_t* count) {
+  calc_t sx, sy, c;
+  acc.load(base + static_cast<int64_t>(y) * width + x, &sx, &sy, &c);
+  if (c > calc_t(0)) {
+    *out_x = sx / c;
+    *out_y = sy / c;
     *count = c;
     return;
   }
-  acc_t vx = 0, vy = 0;
+  calc_t vx = 0, vy = 0;
   int found = 0;
   if (fill_holes) {
     // The four directions in a fixed order (left, right, top, bottom): the sum is reproducible.
@@ -66,11 +66,10 @@ REDET_HOST_DEVICE void finalize_pixel(const Reader& acc, int64_t base, int x, in
     for (int d = 0; d < 4; ++d) {
       int xx = x + dx[d], yy = y + dy[d];
       while (xx >= 0 && xx < width && yy >= 0 && yy < height) {
-        const int64_t j = base + static_cast<int64_t>(yy) * width + xx;
-        const acc_t cj = acc.count(j);
-        if (cj > acc_t(0)) {
-          vx += acc.sum(j, 0) / cj;
-          vy += acc.sum(j, 1) / cj;
+        acc.load(base + static_cast<int64_t>(yy) * width + xx, &sx, &sy, &c);
+        if (c > calc_t(0)) {
+          vx += sx / c;
+          vy += sy / c;
           ++found;
           break;
         }
@@ -79,9 +78,9 @@ REDET_HOST_DEVICE void finalize_pixel(const Reader& acc, int64_t base, int x, in
       }
     }
   }
-  *out_x = found > 0 ? vx / static_cast<acc_t>(found) : acc_t(0);
-  *out_y = found > 0 ? vy / static_cast<acc_t>(found) : acc_t(0);
-  *count = -static_cast<acc_t>(found);
+  *out_x = found > 0 ? vx / static_cast<calc_t>(found) : calc_t(0);
+  *out_y = found > 0 ? vy / static_cast<calc_t>(found) : calc_t(0);
+  *count = -static_cast<calc_t>(found);
 }
 
 // Backward of the hole filling (its transpose): the gradient reaching non-hole pixel x through the

@@ -14,8 +14,11 @@ namespace {
 template <typename acc_t>
 struct AccumulatorReader {
   const acc_t* acc;  // 4 values per pixel: sum_x, sum_y, count, unused
-  acc_t count(int64_t i) const { return acc[4 * i + 2]; }
-  acc_t sum(int64_t i, int k) const { return acc[4 * i + k]; }
+  void load(int64_t i, acc_t* sum_x, acc_t* sum_y, acc_t* count) const {
+    *sum_x = acc[4 * i];
+    *sum_y = acc[4 * i + 1];
+    *count = acc[4 * i + 2];
+  }
 };
 
 std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& flow_,
