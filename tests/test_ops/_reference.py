@@ -106,16 +106,16 @@ def depth_flow_projection_reference(flow, depth, t, fill_holes, inverse_depth=Fa
     batch, _, height, width = f.shape
     weight = (d if inverse_depth else 1 / d)[:, 0]
     g = f * t
-    ys, xs = torch.meshgrid(torch.arange(height, dtype=acc), torch.arange(width, dtype=acc),
-                            indexing="ij")
+    ys, xs = torch.meshgrid(torch.arange(height, dtype=acc, device=f.device),
+                            torch.arange(width, dtype=acc, device=f.device), indexing="ij")
     px, py = xs + g[:, 0], ys + g[:, 1]
     inside = (px >= 0) & (px <= width - 1) & (py >= 0) & (py <= height - 1)
     left = torch.where(inside, px, torch.zeros_like(px)).detach().floor().long()
     top = torch.where(inside, py, torch.zeros_like(py)).detach().floor().long()
     right, bottom = (left + 1).clamp(max=width - 1), (top + 1).clamp(max=height - 1)
-    image = torch.arange(batch).view(batch, 1, 1).expand_as(left)
+    image = torch.arange(batch, device=f.device).view(batch, 1, 1).expand_as(left)
     values = torch.stack([-weight * g[:, 0], -weight * g[:, 1], weight], dim=-1)[inside]
-    sums = torch.zeros(batch * height * width, 3, dtype=acc)
+    sums = torch.zeros(batch * height * width, 3, dtype=acc, device=f.device)
     for x, y in [(left, top), (right, top), (left, bottom), (right, bottom)]:
         sums = sums.index_add(0, ((image * height + y) * width + x)[inside], values)
     sums = sums.view(batch, height, width, 3).permute(0, 3, 1, 2)

@@ -42,7 +42,7 @@ def tolerance(dtype):
 
 def ours_and_reference_grads(flow, depth, t, fill, inverse=False):
     """Output and gradients (flow, depth) of ours and of the reference, for one random grad."""
-    grad = torch.randn(flow.shape, generator=torch.Generator().manual_seed(5)).to(flow.dtype)
+    grad = torch.randn(flow.shape, generator=torch.Generator().manual_seed(5)).to(flow.device, flow.dtype)
     results = []
     for fn in (lambda f, d: OP(f, d, t, inverse, fill, True),
                lambda f, d: depth_flow_projection_reference(f, d, t, fill, inverse)):
