@@ -51,25 +51,71 @@ struct FixedPointAccumulator {
   }
 };
 
+// Is this depth (or inverse depth) value acceptable? Mirrors check_depth_values().
+template <typename acc_t>
+__device__ __forceinline__ bool depth_is_valid(acc_t d, bool inverse_depth) {
+  return inverse_depth ? (d >= acc_t(0) && isfinite(d)) : d > acc_t(0);
+}
+
+// One source pixel per lane; the warp walks the pixels together (a warp-uniform loop), so lanes
+// can exchange targets. With smooth flow, lane k's right column of targets is lane k+1's left
+// column: lane k adds both contributions with one atomic and lane k+1 skips its own, which
+// halves the atomics. Merging only pre-sums additions to one address, so it is always exact.
+// `invalid_depth` (when not null) is set to 1 if any depth value is unacceptable.
 template <typename scalar_t, typename acc_t, typename Accumulator>
 __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t* __restrict__ depth,
                                int64_t batch, int height, int width, acc_t t, bool inverse_depth,
-                               Accumulator accumulator) {
+                               Accumulator accumulator, int* __restrict__ invalid_depth) {
   const int64_t plane = static_cast<int64_t>(height) * width;
-  REDET_CUDA_GRID_STRIDE(index, batch * plane) {
-    const int64_t b = index / plane, i = index - b * plane;
-    const int y = static_cast<int>(i / width), x = static_cast<int>(i - static_cast<int64_t>(y) * width);
-    const acc_t gx = t * static_cast<acc_t>(flow[b * 2 * plane + i]);
-    const acc_t gy = t * static_cast<acc_t>(flow[b * 2 * plane + plane + i]);
-    ProjectionCorners c;
-    if (!project_pixel(x, y, gx, gy, width, height, &c)) continue;
-    const acc_t w = projection_weight(static_cast<acc_t>(depth[index]), inverse_depth);
-    const acc_t vx = -w * gx, vy = -w * gy;
-    const int64_t base = b * plane;
-    accumulator.add(base + static_cast<int64_t>(c.top) * width + c.left, vx, vy, w);
-    accumulator.add(base + static_cast<int64_t>(c.top) * width + c.right, vx, vy, w);
-    accumulator.add(base + static_cast<int64_t>(c.bottom) * width + c.left, vx, vy, w);
-    accumulator.add(base + static_cast<int64_t>(c.bottom) * width + c.right, vx, vy, w);
+  const int64_t total = batch * plane;
+  const int lane = threadIdx.x & 31;
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t warp_start = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x - lane;
+       warp_start < total; warp_start += stride) {
+    const int64_t index = warp_start + lane;
+    int64_t top_left = -1, top_right = -1, bottom_left = -1, bottom_right = -1;
+    acc_t vx = 0, vy = 0, w = 0;
+    if (index < total) {
+      const int64_t b = index / plane, i = index - b * plane;
+      const int y = static_cast<int>(i / width);
+      const int x = static_cast<int>(i - static_cast<int64_t>(y) * width);
+      const acc_t d = static_cast<acc_t>(depth[index]);
+      if (invalid_depth != nullptr && !depth_is_valid(d, inverse_depth)) atomicOr(invalid_depth, 1);
+      const acc_t gx = t * static_cast<acc_t>(flow[b * 2 * plane + i]);
+      const acc_t gy = t * static_cast<acc_t>(flow[b * 2 * plane + plane + i]);
+      ProjectionCorners c;
+      if (project_pixel(x, y, gx, gy, width, height, &c)) {
+        w = projection_weight(d, inverse_depth);
+        vx = -w * gx;
+        vy = -w * gy;
+        const int64_t top = b * plane + static_cast<int64_t>(c.top) * width;
+        const int64_t bottom = b * plane + static_cast<int64_t>(c.bottom) * width;
+        top_left = top + c.left;
+        top_right = top + c.right;
+        bottom_left = bottom + c.left;
+        bottom_right = bottom + c.right;
+      }
+    }
+    constexpr unsigned kAll = 0xffffffffu;
+    const int64_t next_top_left = __shfl_down_sync(kAll, top_left, 1);
+    const int64_t next_bottom_left = __shfl_down_sync(kAll, bottom_left, 1);
+    const acc_t next_vx = __shfl_down_sync(kAll, vx, 1);
+    const acc_t next_vy = __shfl_down_sync(kAll, vy, 1);
+    const acc_t next_w = __shfl_down_sync(kAll, w, 1);
+    const int64_t prev_top_right = __shfl_up_sync(kAll, top_right, 1);
+    const int64_t prev_bottom_right = __shfl_up_sync(kAll, bottom_right, 1);
+    if (top_left < 0) continue;  // not projected
+    const bool take_next = lane < 31 && next_top_left == top_right && next_bottom_left == bottom_right;
+    const bool given_to_prev = lane > 0 && prev_top_right == top_left && prev_bottom_right == bottom_left;
+    if (!given_to_prev) {
+      accumulator.add(top_left, vx, vy, w);
+      accumulator.add(bottom_left, vx, vy, w);
+    }
+    const acc_t rx = take_next ? vx + next_vx : vx;
+    const acc_t ry = take_next ? vy + next_vy : vy;
+    const acc_t rw = take_next ? w + next_w : w;
+    accumulator.add(top_right, rx, ry, rw);
+    accumulator.add(bottom_right, rx, ry, rw);
   }
 }
 
@@ -205,6 +251,20 @@ at::Tensor fixed_point_bounds(const at::Tensor& flow, const at::Tensor& depth, d
   return at::stack({count_bound, count_bound * f_max * t});
 }
 
+// The accumulators get one extra pixel slot at the end; its first 4 bytes are the invalid-depth
+// flag (zeroed with them), so the depth check costs no extra kernel, only one read at the end.
+int* invalid_depth_flag(const at::Tensor& acc, int64_t pixels, bool check_depth) {
+  if (!check_depth) return nullptr;
+  return reinterpret_cast<int*>(static_cast<char*>(acc.data_ptr()) + pixels * 4 * acc.element_size());
+}
+
+void raise_if_invalid_depth(const at::Tensor& acc, int64_t pixels, const at::Tensor& depth,
+                            bool inverse_depth, bool check_depth) {
+  if (!check_depth) return;
+  const auto flag = acc.flatten().slice(0, pixels * 4, pixels * 4 + 1).view(at::kInt)[0];
+  if (flag.item<int>() != 0) check_depth_values(depth, inverse_depth, "depth_flow_projection");
+}
+
 std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& flow_,
                                                               const at::Tensor& depth_, double t,
                                                               bool inverse_depth, bool fill_holes,
@@ -212,7 +272,6 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
   constexpr const char* op = "depth_flow_projection";
   check_depth_flow_projection_args(flow_, depth_, t, op);
   c10::cuda::CUDAGuard guard(flow_.device());
-  if (check_depth) check_depth_values(depth_, inverse_depth, op);
   const auto flow = flow_.contiguous();
   const auto depth = depth_.contiguous();
   const int64_t batch = flow.size(0);
@@ -226,37 +285,41 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
   const int blocks = blocks_for(n);
 
   if (at::globalContext().deterministicAlgorithms()) {
-    auto acc = at::zeros({batch, height, width, 4}, flow.options().dtype(at::kLong));
+    auto acc = at::zeros({n + 1, 4}, flow.options().dtype(at::kLong));
     const auto bound = fixed_point_bounds(flow, depth, t, inverse_depth);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_det", [&] {
       using acc_t = at::opmath_type<scalar_t>;
       long long* a = reinterpret_cast<long long*>(acc.data_ptr<int64_t>());
       scatter_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
           flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), batch, height, width,
-          static_cast<acc_t>(t), inverse_depth, FixedPointAccumulator{a, bound.data_ptr<double>()});
+          static_cast<acc_t>(t), inverse_depth, FixedPointAccumulator{a, bound.data_ptr<double>()},
+          invalid_depth_flag(acc, n, check_depth));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       finalize_fixed_point_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
           a, bound.data_ptr<double>(), batch, height, width, fill_holes,
           output.data_ptr<scalar_t>(), count.data_ptr<acc_t>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
+    raise_if_invalid_depth(acc, n, depth, inverse_depth, check_depth);
     return {output, count};
   }
 
-  auto acc = at::zeros({batch, height, width, 4}, flow.options().dtype(acc_type));
+  auto acc = at::zeros({n + 1, 4}, flow.options().dtype(acc_type));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     using Atomics = AtomicAccumulation<acc_t>;
     acc_t* a = acc.data_ptr<acc_t>();
     scatter_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
         flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), batch, height, width,
-        static_cast<acc_t>(t), inverse_depth, typename Atomics::Accumulator{a});
+        static_cast<acc_t>(t), inverse_depth, typename Atomics::Accumulator{a},
+        invalid_depth_flag(acc, n, check_depth));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     finalize_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
         typename Atomics::Reader{a}, batch, height, width, fill_holes, output.data_ptr<scalar_t>(),
         count.data_ptr<acc_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
+  raise_if_invalid_depth(acc, n, depth, inverse_depth, check_depth);
   return {output, count};
 }
 
