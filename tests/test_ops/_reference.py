@@ -131,3 +131,67 @@ def riroi_align_rotated_reference(input, rois, output_size, spatial_scale=1.0, n
     if not outputs:
         return x.new_zeros(0, channels, out_h, out_w)
     return torch.stack(outputs)
+
+# Depth-aware flow projection (DAIN semantics, correct gradients)
+# ----------------------------------------------------------------------------------------------
+def _nearest_valid_index(valid, dim, reverse):
+    """Index along `dim` of the nearest True of `valid` at or before each position (after, when
+    reverse), -1 where there is none. For a hole this is its nearest non-hole strictly before."""
+    n = valid.shape[dim]
+    shape = [1] * valid.dim()
+    shape[dim] = n
+    position = torch.arange(n, device=valid.device).view(shape).expand_as(valid)
+    if reverse:
+        valid = valid.flip(dim)
+    index = torch.where(valid, position, torch.full_like(position, -1)).cummax(dim).values
+    if reverse:
+        index = torch.where(index >= 0, n - 1 - index, index).flip(dim)
+    return index
+
+
+def _fill_holes_reference(projected, holes):
+    """Each hole takes the mean of the nearest non-holes to its left, right, top and bottom (in
+    that order); returns (filled, number of directions found)."""
+    total = torch.zeros_like(projected)
+    found = torch.zeros_like(holes, dtype=projected.dtype)
+    valid = ~holes
+    for dim, reverse in [(3, False), (3, True), (2, False), (2, True)]:  # left, right, top, bottom
+        index = _nearest_valid_index(valid, dim, reverse)
+        ok = index >= 0
+        value = projected.gather(dim, index.clamp(min=0).expand_as(projected))
+        total = total + torch.where(ok, value, torch.zeros_like(value))
+        found = found + ok.to(projected.dtype)
+    filled = torch.where(found > 0, total / found.clamp(min=1), torch.zeros_like(total))
+    return torch.where(holes, filled, projected), found
+
+
+def depth_flow_projection_reference(flow, depth, t, fill_holes, inverse_depth=False):
+    """Plain scatter (index_add) + normalisation + hole filling by scans, in float32 (float64 for
+    float64 input); differentiable by autograd. Returns (output, count) like the op: count is the
+    weight sum, or -(directions found) at a filled hole."""
+    acc = torch.float64 if flow.dtype == torch.float64 else torch.float32
+    f, d = flow.to(acc), depth.to(acc)
+    batch, _, height, width = f.shape
+    weight = (d if inverse_depth else 1 / d)[:, 0]
+    g = f * t
+    ys, xs = torch.meshgrid(torch.arange(height, dtype=acc, device=f.device),
+                            torch.arange(width, dtype=acc, device=f.device), indexing="ij")
+    px, py = xs + g[:, 0], ys + g[:, 1]
+    inside = (px >= 0) & (px <= width - 1) & (py >= 0) & (py <= height - 1)
+    left = torch.where(inside, px, torch.zeros_like(px)).detach().floor().long()
+    top = torch.where(inside, py, torch.zeros_like(py)).detach().floor().long()
+    right, bottom = (left + 1).clamp(max=width - 1), (top + 1).clamp(max=height - 1)
+    image = torch.arange(batch, device=f.device).view(batch, 1, 1).expand_as(left)
+    values = torch.stack([-weight * g[:, 0], -weight * g[:, 1], weight], dim=-1)[inside]
+    sums = torch.zeros(batch * height * width, 3, dtype=acc, device=f.device)
+    for x, y in [(left, top), (right, top), (left, bottom), (right, bottom)]:
+        sums = sums.index_add(0, ((image * height + y) * width + x)[inside], values)
+    sums = sums.view(batch, height, width, 3).permute(0, 3, 1, 2)
+    count = sums[:, 2:3]
+    holes = ~(count > 0)
+    projected = torch.where(holes, torch.zeros_like(sums[:, :2]),
+                            sums[:, :2] / torch.where(holes, torch.ones_like(count), count))
+    if not fill_holes:
+        return projected.to(flow.dtype), torch.where(holes, torch.zeros_like(count), count)
+    output, found = _fill_holes_reference(projected, holes)
+    return output.to(flow.dtype), torch.where(holes, -found, count).detach()
