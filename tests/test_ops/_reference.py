@@ -132,6 +132,8 @@ def riroi_align_rotated_reference(input, rois, output_size, spatial_scale=1.0, n
         return x.new_zeros(0, channels, out_h, out_w)
     return torch.stack(outputs)
 
+
+# ----------------------------------------------------------------------------------------------
 # Depth-aware flow projection (DAIN semantics, correct gradients)
 # ----------------------------------------------------------------------------------------------
 def _nearest_valid_index(valid, dim, reverse):
