@@ -10,7 +10,8 @@ Classes (DOTA names, so DOTA configs and palettes apply), each with its own shap
   storage-tank   bright disc with a dark rim and a shadow (annotated axis-aligned)
   small-vehicle  small saturated rectangle with a dark windscreen
   tennis-court   green court with white lines and a net
-About 8% of the objects are faint (low contrast) and annotated as difficult.
+About 8% of the objects are faint (low contrast) and annotated as difficult. Objects keep their
+size (20-80 px) in images larger than 256 px; their number grows with the area (up to 8 per 256²).
 """
 import glob
 import json
@@ -143,18 +144,27 @@ def _iou_axis_aligned(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def generate_image(rng: np.random.Generator, size: int, classes: Sequence[str],
-                   max_objects: int = 8, difficult_rate: float = 0.08, max_overlap: float = 0.25):
-    """Returns (uint8 BGR image, list of (rbox (cx, cy, w, h, theta), class, difficult))."""
+                   max_objects: Optional[int] = None, difficult_rate: float = 0.08, max_overlap: float = 0.25):
+    """Returns (uint8 BGR image, list of (rbox (cx, cy, w, h, theta), class, difficult)).
+
+    max_objects defaults to 8 per 256x256 area (objects keep their size in larger images).
+    """
     img = make_background(rng, size)
     objects, hulls = [], []
     scale = size / 256 if size < 256 else 1.0
+    if max_objects is None:
+        max_objects = max(8, int(round(8 * (size / 256) ** 2)))
+    reach = int(math.ceil(64 * scale))  # every painter stays within +-reach px of the centre
     for _ in range(int(rng.integers(2, max_objects + 1))):
         name = classes[int(rng.integers(len(classes)))]
         theta = 0.0 if name in AXIS_ALIGNED else float(rng.uniform(-math.pi, math.pi))
         for _attempt in range(20):  # find a place inside the image, overlapping others little
             center = rng.uniform(0.1 * size, 0.9 * size, 2)
-            layer = img.copy()
-            w, h = PAINTERS[name](layer, rng, tuple(center), theta, scale)
+            # Paint on a copy of the window around the object only (large images stay fast).
+            x0, y0 = max(int(center[0]) - reach, 0), max(int(center[1]) - reach, 0)
+            window = img[y0:int(center[1]) + reach, x0:int(center[0]) + reach]
+            layer = window.copy()
+            w, h = PAINTERS[name](layer, rng, (center[0] - x0, center[1] - y0), theta, scale)
             corners = _to_image(_rect(-w / 2, -h / 2, w / 2, h / 2), tuple(center), theta)
             hull = np.concatenate([corners.min(0), corners.max(0)])
             if hull[0] < 1 or hull[1] < 1 or hull[2] > size - 1 or hull[3] > size - 1:
@@ -163,7 +173,7 @@ def generate_image(rng: np.random.Generator, size: int, classes: Sequence[str],
                 continue
             difficult = bool(rng.uniform() < difficult_rate)
             alpha = 0.35 if difficult else 1.0  # difficult objects are faint
-            img = alpha * layer + (1 - alpha) * img
+            window[:] = alpha * layer + (1 - alpha) * window
             hulls.append(hull)
             objects.append(((float(center[0]), float(center[1]), w, h, theta), name, difficult))
             break

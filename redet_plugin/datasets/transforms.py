@@ -36,6 +36,9 @@ def _keep_instances(results: dict, keep: torch.Tensor) -> None:
 
 
 def _rotated_boxes(results: dict, name: str):
+    unsupported = [key for key in ('gt_masks', 'gt_seg_map') if key in results]
+    if unsupported:  # they would silently stop matching the image
+        raise ValueError(f'{name}: rotates the image and gt_bboxes only, but the results also hold {unsupported}')
     boxes = results.get('gt_bboxes')
     if boxes is not None and not isinstance(boxes, RotatedBoxes):
         raise TypeError(f"{name}: results['gt_bboxes'] must be RotatedBoxes (load annotations with "

@@ -77,6 +77,10 @@ class DOTAMetric(BaseMetric):
                           pred_scores=_as_array(_field(pred, 'scores'), 1).reshape(-1),
                           pred_labels=_labels(_field(pred, 'labels')))
             if not self.format_only:
+                has_gt = 'gt_instances' in sample if isinstance(sample, dict) else hasattr(sample, 'gt_instances')
+                if not has_gt:
+                    raise ValueError(f"DOTAMetric: data sample {result['img_id']!r} has no gt_instances: load "
+                                     "annotations in the test pipeline, or set format_only=True")
                 gt = _field(sample, 'gt_instances')
                 ignored = sample.get('ignored_instances', None) if isinstance(sample, dict) \
                     else getattr(sample, 'ignored_instances', None)

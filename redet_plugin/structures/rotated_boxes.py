@@ -6,7 +6,7 @@ The angle convention (le90, clockwise on screen) is documented in rbox_ops.py.
 """
 import math
 import warnings
-from typing import Optional, Tuple, Union
+from typing import Tuple, Union
 
 import cv2
 import numpy as np

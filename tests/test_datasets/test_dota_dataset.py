@@ -1,6 +1,5 @@
 """DOTADataset: parsing, difficult/ignore flags, empty images, bad lines, mmdet pipeline output."""
 import math
-import os.path as osp
 
 import cv2
 import numpy as np

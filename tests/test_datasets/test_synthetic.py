@@ -84,3 +84,11 @@ def test_bad_arguments(tmp_path):
         generate_synthetic_dota(str(tmp_path), image_size=32)
     with pytest.raises(ValueError, match='data_root'):
         SyntheticDOTADataset(ann_file='val/labelTxt/')
+
+
+def test_large_images_hold_more_objects_of_the_same_size():
+    rng = np.random.default_rng(2)
+    _, small = generate_image(rng, 256, SYNTHETIC_CLASSES)
+    _, large = generate_image(rng, 768, SYNTHETIC_CLASSES)
+    assert len(large) > 8 >= len(small)
+    assert max(max(w, h) for (_, _, w, h, _), _, _ in large) <= 80

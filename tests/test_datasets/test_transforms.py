@@ -112,3 +112,9 @@ def test_probability_zero_does_nothing_and_bad_arguments():
     hboxes = dict(img=np.zeros((8, 8, 3), np.uint8), gt_bboxes=torch.zeros(1, 4))
     with pytest.raises(TypeError, match="box_type='rbox'"):
         RandomRotate90(prob=1.0).transform(hboxes)
+
+
+def test_masks_are_refused_rather_than_left_behind():
+    results = dict(make_results((90, 120), BOXES), gt_seg_map=np.zeros((90, 120), np.uint8))
+    with pytest.raises(ValueError, match=r"also hold \['gt_seg_map'\]"):
+        RandomRotate(prob=1.0).transform(results)

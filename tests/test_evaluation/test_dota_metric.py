@@ -82,3 +82,10 @@ def test_bad_arguments():
         DOTAMetric(ap_method='voc')
     with pytest.raises(ValueError, match='format_only=True needs outfile_prefix'):
         DOTAMetric(format_only=True)
+
+
+def test_missing_ground_truth_is_explained():
+    s = DetDataSample(metainfo=dict(img_id='x'))
+    s.pred_instances = InstanceData(bboxes=torch.zeros(0, 5), scores=torch.zeros(0), labels=torch.zeros(0).long())
+    with pytest.raises(ValueError, match="'x' has no gt_instances.*format_only=True"):
+        evaluate([s])
