@@ -55,6 +55,21 @@ def extractors():
     return {name: e.cuda() for name, e in found.items()}
 
 
+def ops_only_forward(feats, rois, repeats):
+    """The kernels alone, RoIs already split by level: what the loop costs beyond its launches."""
+    from redet_plugin.ops import riroi_align_rotated, riroi_align_rotated_multilevel
+    levels = RotatedSingleRoIExtractor(dict(type="RiRoIAlignRotated", **LAYER), CHANNELS,
+                                       STRIDES).map_roi_levels(rois, len(STRIDES))
+    scales = [1.0 / s for s in STRIDES]
+    split = [(feats[i], rois[levels == i], scales[i]) for i in range(len(STRIDES))]
+    options = dict(num_samples=2, num_orientations=8, clockwise=True)
+    return dict(
+        ops_only_fused_forward_ms=time_cuda(lambda: riroi_align_rotated_multilevel(
+            feats, rois, levels, scales, 7, **options), repeats),
+        ops_only_per_level_forward_ms=time_cuda(lambda: [riroi_align_rotated(
+            f, r, 7, s, **options) for f, r, s in split], repeats))
+
+
 def bench_case(name, num_images, num_rois, dtype, repeats):
     feats, rois = make_inputs(num_images, num_rois, dtype)
     feats_grad = [f.detach().requires_grad_(True) for f in feats]
@@ -79,10 +94,12 @@ def bench_case(name, num_images, num_rois, dtype, repeats):
                 extractor.map_roi_levels(rois, len(STRIDES)), minlength=len(STRIDES)).tolist()
         elif label == "loop" and fused_out is not None:
             row["max_abs_diff_fused_vs_loop"] = float((fused_out - out).abs().max())
+    row.update(ops_only_forward(feats, rois, repeats))
     for peer in ("loop", "mmcv_loop"):
         for what in ("forward", "forward_backward"):
             if f"{peer}_{what}_ms" in row and f"fused_{what}_ms" in row:
-                row[f"speedup_{what}_fused_vs_{peer}"] = row[f"{peer}_{what}_ms"] / row[f"fused_{what}_ms"]
+                row[f"speedup_{what}_fused_vs_{peer}"] = (row[f"{peer}_{what}_ms"]
+                                                          / row[f"fused_{what}_ms"])
     row["goal_met"] = all(row.get(f"speedup_{w}_fused_vs_loop", 0) >= GOAL
                           for w in ("forward", "forward_backward"))
     return row

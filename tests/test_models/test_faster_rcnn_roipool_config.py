@@ -23,7 +23,8 @@ MMDET_TOOLS = Path(mmdet.__file__).parent / ".mim" / "tools"
 
 
 def _run_mmdet_tool(script: str, args, cwd: Path) -> str:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    python_path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=python_path)
     result = subprocess.run([sys.executable, str(MMDET_TOOLS / script), *map(str, args)], cwd=cwd,
                             env=env, capture_output=True, text=True, timeout=600)
     output = result.stdout + result.stderr

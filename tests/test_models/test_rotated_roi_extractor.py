@@ -7,13 +7,9 @@ import torch
 from mmcv import ops as mmcv_ops
 from torch import nn
 
-from redet_plugin import ops as redet_ops
 from redet_plugin.models.roi_extractors import RotatedSingleRoIExtractor
 
 STRIDES = [4, 8, 16, 32]
-has_fused_op = hasattr(redet_ops, "riroi_align_rotated_multilevel") and hasattr(
-    redet_ops, "RiRoIAlignRotated")
-needs_fused = pytest.mark.skipif(not has_fused_op, reason="riroi_align_rotated_multilevel not merged")
 
 
 class RecordingLayer(nn.Module):
@@ -22,7 +18,8 @@ class RecordingLayer(nn.Module):
 
     def __init__(self, output_size, spatial_scale):
         super().__init__()
-        self.output_size, self.spatial_scale, self.calls = (output_size, output_size), spatial_scale, []
+        self.output_size, self.spatial_scale = (output_size, output_size), spatial_scale
+        self.calls = []
 
     def forward(self, feat, rois):
         self.calls.append(rois.detach().clone())
@@ -67,7 +64,8 @@ def test_levels_follow_roi_scale_and_are_clamped():
 
 
 def test_levels_equal_mmrotates_formula():
-    extractor = rotated_extractor(dict(type=RecordingLayer, output_size=7), strides=[4, 8, 16, 32, 64])
+    extractor = rotated_extractor(dict(type=RecordingLayer, output_size=7),
+                                  strides=[4, 8, 16, 32, 64])
     g = torch.Generator().manual_seed(0)
     rois = torch.zeros(2000, 6, dtype=torch.float64)
     rois[:, 3:5] = torch.exp(torch.empty(2000, 2, dtype=torch.float64).uniform_(0, 8, generator=g))
@@ -132,7 +130,6 @@ RIROI = dict(type="RiRoIAlignRotated", output_size=7, num_samples=2, num_orienta
              clockwise=True)
 
 
-@needs_fused
 @pytest.mark.parametrize("num_rois", [0, 3])
 def test_unused_levels_still_get_gradients_in_the_fused_path(num_rois):
     extractor = rotated_extractor(RIROI, channels=8, fused=True)
@@ -140,7 +137,6 @@ def test_unused_levels_still_get_gradients_in_the_fused_path(num_rois):
     assert_every_parameter_gets_a_gradient(extractor, rois, channels=8)
 
 
-@needs_fused
 @pytest.mark.parametrize("layer_options", [dict(), dict(num_samples=0, clockwise=False),
                                            dict(legacy_orientation=True)])
 def test_fused_path_equals_per_level_loop_forward_and_gradients(layer_options):
@@ -161,7 +157,6 @@ def test_fused_path_equals_per_level_loop_forward_and_gradients(layer_options):
         torch.testing.assert_close(grad_fused, grad_loop)
 
 
-@needs_fused
 def test_fused_is_the_default_for_our_riroi_layer():
     assert rotated_extractor(RIROI, channels=8).fused
     assert not rotated_extractor(RIROI, channels=8, fused=False).fused
@@ -190,3 +185,42 @@ def test_bad_arguments_are_named():
         extractor(feats + feats[:1], rois_with_sizes([30.0]))
     with pytest.raises(ValueError, match=r"roi_scale_factor: expected a number or \(h_scale, "):
         extractor(feats, rois_with_sizes([30.0]), roi_scale_factor=(1, 2, 3))
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_fused_path_on_cuda_equals_the_loop_and_the_cpu(dtype):
+    rois = rois_with_sizes([20, 60, 130, 150, 300, 600, 40, 90, 250, 1000], seed=3)
+    grad_out = torch.randn(len(rois), 8, 7, 7)
+    results = {}
+    runs = [("cuda", True), ("cuda", False)] + ([("cpu", True)] if dtype == torch.float32 else [])
+    for device, fused in runs:
+        extractor = rotated_extractor(RIROI, channels=8, fused=fused).to(device)
+        feats = [f.detach().to(device, dtype).requires_grad_(True) for f in pyramid(8, seed=5)]
+        out = extractor(feats, rois.to(device))
+        grads = torch.autograd.grad(out, feats, grad_out.to(device, dtype))
+        results[device, fused] = [t.float().cpu() for t in (out, *grads)]
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=5e-2, rtol=5e-2)
+    for got, want in zip(results["cuda", True], results["cuda", False]):
+        torch.testing.assert_close(got, want, **tol)
+    if dtype == torch.float32:
+        for got, want in zip(results["cuda", True], results["cpu", True]):
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@CUDA
+def test_fused_backward_on_cuda_is_repeatable_in_deterministic_mode():
+    extractor = rotated_extractor(RIROI, channels=8).cuda()
+    feats = [f.detach().cuda().requires_grad_(True) for f in pyramid(8)]
+    rois = rois_with_sizes([20, 60, 130, 300, 600] * 20).cuda()
+    torch.use_deterministic_algorithms(True)
+    try:
+        out = extractor(feats, rois)
+        first, second = (torch.autograd.grad(out, feats, torch.ones_like(out), retain_graph=True)
+                         for _ in range(2))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))

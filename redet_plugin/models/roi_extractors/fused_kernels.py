@@ -8,7 +8,7 @@ from typing import Callable, List, Optional
 
 from torch import Tensor, nn
 
-from ... import ops as redet_ops
+from ...ops import RiRoIAlignRotated, riroi_align_rotated_multilevel
 
 FusedKernel = Callable[[nn.ModuleList, List[Tensor], Tensor, Tensor], Tensor]
 
@@ -16,21 +16,16 @@ FusedKernel = Callable[[nn.ModuleList, List[Tensor], Tensor, Tensor], Tensor]
 def _riroi_align_rotated_all_levels(layers: nn.ModuleList, feats: List[Tensor], rois: Tensor,
                                     levels: Tensor) -> Tensor:
     first = layers[0]
-    return redet_ops.riroi_align_rotated_multilevel(
-        feats, rois, levels, [float(layer.spatial_scale) for layer in layers],
+    return riroi_align_rotated_multilevel(
+        feats, rois, levels, [layer.spatial_scale for layer in layers],
         output_size=first.output_size, num_samples=first.num_samples,
         num_orientations=first.num_orientations, clockwise=first.clockwise,
         legacy_orientation=first.legacy_orientation)
 
 
-def _kernels() -> dict:
-    kernels = {}
-    riroi = getattr(redet_ops, "RiRoIAlignRotated", None)
-    if riroi is not None and hasattr(redet_ops, "riroi_align_rotated_multilevel"):
-        kernels[riroi] = _riroi_align_rotated_all_levels
-    return kernels
+# Exact classes: a subclass may change the pooling, so it gets the per-level loop.
+_KERNELS = {RiRoIAlignRotated: _riroi_align_rotated_all_levels}
 
 
 def fused_kernel_for(layer: nn.Module) -> Optional[FusedKernel]:
-    """Exact class match: a subclass may change the pooling, so it gets the per-level loop."""
-    return _kernels().get(type(layer))
+    return _KERNELS.get(type(layer))

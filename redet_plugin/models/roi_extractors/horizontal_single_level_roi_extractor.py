@@ -14,7 +14,7 @@ from .roi_layer_builder import build_roi_layers
 
 @register_once()
 class HorizontalSingleRoIExtractor(SingleRoIExtractor):
-    """Same arguments as mmdet's SingleRoIExtractor; rois are (K, 5) = (batch_idx, x1, y1, x2, y2)."""
+    """Same arguments as mmdet's SingleRoIExtractor; rois (K, 5) = (batch_idx, x1, y1, x2, y2)."""
 
     def build_roi_layers(self, layer_cfg: dict, featmap_strides: List[int]) -> nn.ModuleList:
         return build_roi_layers(layer_cfg, featmap_strides)

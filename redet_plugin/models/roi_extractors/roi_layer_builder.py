@@ -5,7 +5,7 @@ mmdet's BaseRoIExtractor resolves a string `roi_layer.type` only in mmcv.ops, so
 name in mmdet's MODELS first (ours are registered there by redet_plugin.models.roi_layers, and
 `mmdet.X`-style scoped names work too) and fall back to mmcv.ops for everything else.
 """
-from typing import List, Sequence, Tuple
+from typing import Sequence, Tuple
 
 import torch.nn as nn
 from mmcv import ops as mmcv_ops
@@ -52,6 +52,3 @@ def pooled_size(layer: nn.Module) -> Tuple[int, int]:
         return size, size
     return int(size[0]), int(size[1])
 
-
-def spatial_scales(layers: nn.ModuleList) -> List[float]:
-    return [float(layer.spatial_scale) for layer in layers]

@@ -100,8 +100,8 @@ class RotatedSingleRoIExtractor(BaseRoIExtractor):
                              f"featmap_stride), got {len(feats)}")
         for i, feat in enumerate(feats):
             if feat.dim() != 4 or feat.size(1) != self.out_channels:
-                raise ValueError(f"feats[{i}]: expected (N, out_channels={self.out_channels}, H, W), "
-                                 f"got {tuple(feat.shape)}")
+                raise ValueError(f"feats[{i}]: expected (N, out_channels={self.out_channels}, H, "
+                                 f"W), got {tuple(feat.shape)}")
         return feats
 
     def _pool_per_level(self, feats: List[Tensor], rois: Tensor, levels: Tensor) -> Tensor:
