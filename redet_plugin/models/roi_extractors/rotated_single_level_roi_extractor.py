@@ -8,7 +8,9 @@ Two ways to pool, same result:
 - per level (any layer): mmdet's loop of masks, nonzero and index_put; a level without RoIs
   adds a zero-weighted term so that DDP still sees gradients for every input.
 - fused (layers that have a multi-level kernel, e.g. our RiRoIAlignRotated): one launch pools
-  every RoI from its own level; no host synchronisation, no gather/scatter copies.
+  every RoI from its own level; no host synchronisation, no gather/scatter copies. Its backward
+  returns a gradient (zeros) for every level, RoIs or not, so DDP needs no extra term
+  (tests/test_models/test_rotated_roi_extractor.py checks every upstream parameter gets one).
 """
 from typing import List, Optional, Sequence, Tuple, Union
 
