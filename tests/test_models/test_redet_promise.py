@@ -70,14 +70,21 @@ def _bilinear(fmap, y, x):
     return value * inside
 
 
-def _riroi_op(features, rois, out_size, spatial_scale):
-    return redet_plugin.ops.riroi_align_rotated(features, rois, out_size, spatial_scale=spatial_scale,
-                                                num_samples=2, num_orientations=8, clockwise=True)
+HAVE_OP = hasattr(redet_plugin.ops, "riroi_align_rotated")
+POOLS = ["reference", pytest.param("op", marks=pytest.mark.skipif(
+    not HAVE_OP, reason="redet_plugin.ops.riroi_align_rotated not built yet"))]
 
 
-def _riroi_reference(features, rois, out_size, spatial_scale, clockwise=True):
-    return riroi_align_reference(features, rois, out_size, spatial_scale, num_samples=2,
-                                 num_orientations=8, clockwise=clockwise)
+def make_pool(kind, clockwise=True):
+    """RiRoIAlign as in ReDet's stage 2 (3x3 here, 2 samples, nO 8) by the op or the reference."""
+    def pool(features, rois, out_size, spatial_scale):
+        if kind == "op":
+            return redet_plugin.ops.riroi_align_rotated(
+                features, rois, out_size, spatial_scale=spatial_scale, num_samples=2,
+                num_orientations=8, clockwise=clockwise)
+        return riroi_align_reference(features, rois, out_size, spatial_scale, num_samples=2,
+                                     num_orientations=8, clockwise=clockwise)
+    return pool
 
 
 def rotate_rois(rois, size):
@@ -124,43 +131,54 @@ def networks():
     return equivariant, plain, image
 
 
-def _check_promise(networks, pool):
+@pytest.mark.parametrize("kind", POOLS)
+def test_promise(networks, kind):
     equivariant, plain, image = networks
+    pool = make_pool(kind)
     errs = pooled_errors(*equivariant, pool, image, torch.Generator().manual_seed(2))
     plain_errs = pooled_errors(*plain, pool, image, torch.Generator().manual_seed(2))
-    print("ReResNet+ReFPN rel. error per level P2..P6:", [f"{e:.2e}" for e in errs])
-    print("ResNet+FPN     rel. error per level P2..P6:", [f"{e:.2e}" for e in plain_errs])
+    print(f"[{kind}] ReResNet+ReFPN rel. error per level P2..P6:", [f"{e:.2e}" for e in errs])
+    print(f"[{kind}] ResNet+FPN     rel. error per level P2..P6:", [f"{e:.2e}" for e in plain_errs])
     # P5, P6: no upsampling in their path, exact; P2-P4: nearest upsampling between odd sizes
     assert max(errs[3:]) < 1e-4
     assert max(errs) < 0.5
     assert all(e < 0.5 * p for e, p in zip(errs[:3], plain_errs[:3]))
     assert all(e < 1e-3 * p for e, p in zip(errs[3:], plain_errs[3:]))
-    return errs
 
 
-def test_promise_with_riroi_reference(networks):
-    _check_promise(networks, _riroi_reference)
-
-
-def test_symmetric_upsampling_makes_every_level_exact(networks):
+@pytest.mark.parametrize("kind", POOLS)
+def test_symmetric_upsampling_makes_every_level_exact(networks, kind):
     # bilinear with align_corners=True is symmetric between odd sizes: then only float error remains
     (backbone, _), _, image = networks
     neck = ReFPN(IN_CHANNELS, OUT_CHANNELS, num_outs=5,
                  upsample_cfg=dict(mode="bilinear", align_corners=True)).eval()
-    errs = pooled_errors(backbone, neck, _riroi_reference, image, torch.Generator().manual_seed(2))
-    print("ReResNet+ReFPN(bilinear, align_corners) rel. error P2..P6:", [f"{e:.2e}" for e in errs])
+    errs = pooled_errors(backbone, neck, make_pool(kind), image, torch.Generator().manual_seed(2))
+    print(f"[{kind}] ReResNet+ReFPN(bilinear, align_corners) rel. error P2..P6:",
+          [f"{e:.2e}" for e in errs])
     assert max(errs) < 1e-4
 
 
-def test_wrong_spatial_convention_breaks_the_promise(networks):
+@pytest.mark.parametrize("kind", POOLS)
+def test_wrong_spatial_convention_breaks_the_promise(networks, kind):
     # clockwise=False turns the sampling grid the other way: the test tells the conventions apart
     equivariant, _, image = networks
-    errs = pooled_errors(*equivariant, lambda f, r, o, s: _riroi_reference(f, r, o, s, clockwise=False),
-                         image, torch.Generator().manual_seed(2))
+    errs = pooled_errors(*equivariant, make_pool(kind, clockwise=False), image,
+                         torch.Generator().manual_seed(2))
     assert min(errs[3:]) > 0.1
 
 
-@pytest.mark.skipif(not hasattr(redet_plugin.ops, "riroi_align_rotated"),
-                    reason="redet_plugin.ops.riroi_align_rotated not built yet")
-def test_promise_with_riroi_op(networks):
-    _check_promise(networks, _riroi_op)
+@pytest.mark.parametrize("kind", POOLS)
+def test_opposite_orientation_direction_breaks_the_promise(networks, kind):
+    # features whose orientation channels cycle the other way (o -> -o within each field: a +2
+    # shift becomes -2) are no longer compensated by RiRoIAlign's shift
+    equivariant, _, image = networks
+    pool = make_pool(kind)
+
+    def pool_reversed(features, rois, out_size, spatial_scale):
+        b, c, h, w = features.shape
+        order = (-torch.arange(8)) % 8
+        flipped = features.reshape(b, c // 8, 8, h, w)[:, :, order].reshape(b, c, h, w)
+        return pool(flipped, rois, out_size, spatial_scale)
+
+    errs = pooled_errors(*equivariant, pool_reversed, image, torch.Generator().manual_seed(2))
+    assert min(errs[3:]) > 0.1
