@@ -1,4 +1,5 @@
-"""Registers the model components in mmdet's MODELS registry (one import per subpackage)."""
+"""Registers the model components in mmdet's registries (one import per subpackage or module)."""
 from . import backbones  # noqa: F401
 from . import necks  # noqa: F401
+from . import flow_projection  # noqa: F401
 from .equivariant import convert_to_plain  # noqa: F401
