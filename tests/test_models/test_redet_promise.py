@@ -10,7 +10,8 @@ c = (S - 1) / 2: pixel (x, y) goes to (y, S - 1 - x), a box's x axis (cos t, sin
 the image centre is rotating about a RoI's centre followed by a translation; with S = 2**k + 1 every
 stride-2 layer samples a grid symmetric about the centre, so the backbone is exactly equivariant
 and the only inexact step is the FPN's nearest upsampling between odd sizes (P2-P4; P5, P6 exact).
-A plain ResNet + FPN of the same sizes is the yardstick.
+A plain ResNet + FPN of the same sizes is the yardstick. Pooling runs through the op
+(redet_plugin.ops.riroi_align_rotated, when built) and through its plain reference.
 """
 import math
 
@@ -22,52 +23,12 @@ from mmdet.models.necks import FPN
 import redet_plugin.ops
 from redet_plugin.models.backbones import ReResNet
 from redet_plugin.models.necks import ReFPN
+from tests.test_ops._reference import riroi_align_rotated_reference
 
 SIZE = 129  # 2**7 + 1: symmetric strided grids down to stride 64
 IN_CHANNELS = [16, 32, 64, 128]
 OUT_CHANNELS = 32  # 4 fields x 8 orientations
 STRIDES = [4, 8, 16, 32, 64]
-
-
-def riroi_align_reference(features, rois, out_size, spatial_scale, num_samples, num_orientations,
-                          clockwise):
-    """Plain-PyTorch RiRoIAlignRotated (continuous orientation interpolation, mmcv border rules)."""
-    n_o = num_orientations
-    pooled = []
-    for roi in rois.double():
-        b, cx, cy, w, h, theta = roi.tolist()
-        fmap = features[int(b)].double()
-        cx, cy = cx * spatial_scale, cy * spatial_scale
-        w, h = max(w * spatial_scale, 1.0), max(h * spatial_scale, 1.0)
-        gh = num_samples or math.ceil(h / out_size)
-        gw = num_samples or math.ceil(w / out_size)
-        ys = -h / 2 + (torch.arange(out_size * gh, dtype=torch.float64) + 0.5) * h / (out_size * gh)
-        xs = -w / 2 + (torch.arange(out_size * gw, dtype=torch.float64) + 0.5) * w / (out_size * gw)
-        yy, xx = torch.meshgrid(ys, xs, indexing="ij")
-        t = -theta if clockwise else theta
-        y = yy * math.cos(t) - xx * math.sin(t) + cy
-        x = yy * math.sin(t) + xx * math.cos(t) + cx
-        values = _bilinear(fmap, y, x).view(-1, out_size, gh, out_size, gw).mean(dim=(2, 4))
-        a = theta * n_o / (2 * math.pi)
-        shift, frac = math.floor(a), a - math.floor(a)
-        values = values.view(-1, n_o, out_size, out_size)
-        o = torch.arange(n_o)
-        main, neighbour = values[:, (o - shift) % n_o], values[:, (o - shift - 1) % n_o]
-        pooled.append(((1 - frac) * main + frac * neighbour).reshape(-1, out_size, out_size))
-    return torch.stack(pooled).to(features.dtype)
-
-
-def _bilinear(fmap, y, x):
-    """mmcv's bilinear read: 0 beyond one pixel outside the map, clamped onto the border within it."""
-    height, width = fmap.shape[-2:]
-    inside = (y >= -1) & (y <= height) & (x >= -1) & (x <= width)
-    y, x = y.clamp(0, height - 1), x.clamp(0, width - 1)
-    y0, x0 = y.floor().long(), x.floor().long()
-    y1, x1 = (y0 + 1).clamp(max=height - 1), (x0 + 1).clamp(max=width - 1)
-    ly, lx = y - y0, x - x0
-    value = (fmap[:, y0, x0] * (1 - ly) * (1 - lx) + fmap[:, y0, x1] * (1 - ly) * lx
-             + fmap[:, y1, x0] * ly * (1 - lx) + fmap[:, y1, x1] * ly * lx)
-    return value * inside
 
 
 HAVE_OP = hasattr(redet_plugin.ops, "riroi_align_rotated")
@@ -82,8 +43,9 @@ def make_pool(kind, clockwise=True):
             return redet_plugin.ops.riroi_align_rotated(
                 features, rois, out_size, spatial_scale=spatial_scale, num_samples=2,
                 num_orientations=8, clockwise=clockwise)
-        return riroi_align_reference(features, rois, out_size, spatial_scale, num_samples=2,
-                                     num_orientations=8, clockwise=clockwise)
+        return riroi_align_rotated_reference(features, rois, (out_size, out_size), spatial_scale,
+                                             num_samples=2, num_orientations=8,
+                                             clockwise=clockwise).float()
     return pool
 
 
