@@ -18,6 +18,8 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 # rounding dominates; sums are accumulated in float32).
 FORWARD_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 BACKWARD_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+# CUDA vs CPU (and fixed-point vs float atomics) differ only by summation order: relative slack.
+ORDER_RTOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 0, torch.bfloat16: 0}
 
 
 def random_rois(num_rois, num_images, map_size, scale, generator, dtype=torch.float64):
@@ -441,12 +443,12 @@ def test_cuda_matches_cpu(dtype, nO):
                       legacy=legacy)
         xc, xg = x.clone().requires_grad_(True), x.cuda().requires_grad_(True)
         out_cpu, out_cuda = call(xc, rois, **kwargs), call(xg, rois.cuda(), **kwargs)
-        torch.testing.assert_close(out_cuda.cpu().double(), out_cpu.double(), rtol=0,
+        torch.testing.assert_close(out_cuda.cpu().double(), out_cpu.double(), rtol=ORDER_RTOL[dtype],
                                    atol=FORWARD_ATOL[dtype])
         grad = torch.randn(out_cpu.shape, dtype=torch.float64).to(dtype)
         out_cpu.backward(grad)
         out_cuda.backward(grad.cuda())
-        torch.testing.assert_close(xg.grad.cpu().double(), xc.grad.double(), rtol=0,
+        torch.testing.assert_close(xg.grad.cpu().double(), xc.grad.double(), rtol=ORDER_RTOL[dtype],
                                    atol=BACKWARD_ATOL[dtype])
 
 
@@ -493,7 +495,7 @@ def test_cuda_deterministic_backward_is_bitwise_repeatable(dtype):
     assert all(torch.equal(results[0], r) for r in results[1:])
     xi = x.clone().requires_grad_(True)
     call(xi, rois, 7, num_samples=0).backward(grad)  # fast (atomic) path agrees to rounding
-    torch.testing.assert_close(results[0].double(), xi.grad.double(), rtol=0,
+    torch.testing.assert_close(results[0].double(), xi.grad.double(), rtol=ORDER_RTOL[dtype],
                                atol=BACKWARD_ATOL[dtype])
 
 
@@ -542,4 +544,4 @@ def test_cuda_legacy_orientation_equals_mmcv(clockwise, dtype):
         fixed = riroi_align_rotated(x, rois, output_size, 0.25, num_samples, 8, clockwise)
         torch.testing.assert_close(fixed.cpu(), call(x.cpu(), rois.cpu(), output_size, 0.25,
                                                      num_samples, 8, clockwise),
-                                   rtol=0, atol=FORWARD_ATOL[dtype])
+                                   rtol=ORDER_RTOL[dtype], atol=FORWARD_ATOL[dtype])

@@ -224,13 +224,19 @@ def test_cuda_identical_to_torchvision(dtype):
         ours = roi_pool(a, rois, output_size, 0.5)
         theirs = torchvision_ops.roi_pool(b, rois, output_size, 0.5)
         assert torch.equal(ours, theirs)
-        grad = torch.randn_like(ours)
-        ours.backward(grad)
-        theirs.backward(grad)
-        torch.testing.assert_close(a.grad, b.grad, rtol=tolerance(dtype), atol=tolerance(dtype))
         _, ours_arg = torch.ops.redet.roi_pool(x, rois, 0.5, *output_size)
         _, theirs_arg = torch.ops.torchvision.roi_pool(x, rois, 0.5, *output_size)
         assert torch.equal(ours_arg, theirs_arg)
+        grad = torch.randn_like(ours)
+        ours.backward(grad)
+        theirs.backward(grad)
+        if dtype != torch.float16:
+            torch.testing.assert_close(a.grad, b.grad, rtol=tolerance(dtype), atol=tolerance(dtype))
+        else:  # torchvision sums float16 gradients in float16; ours sums in float32: closer
+            exact = roi_pool_backward_reference(grad.cpu(), rois.cpu(), ours_arg.cpu(), x.shape)
+            ours_error = (a.grad.cpu().double() - exact).abs().max()
+            assert ours_error <= (b.grad.cpu().double() - exact).abs().max()
+            assert ours_error <= 1e-3 * exact.abs().max()
 
 
 @CUDA
