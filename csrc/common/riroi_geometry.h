@@ -132,6 +132,22 @@ REDET_HOST_DEVICE bool bilinear_taps(int height, int width, acc_t y, acc_t x, Bi
   return true;
 }
 
+// Calls visit(taps) for each sample point of bin (ph, pw) that reads the map, in (iy, ix) order:
+// the sampling loop every RiRoI kernel shares (CPU and CUDA, forward and backward).
+template <typename acc_t, typename Visit>
+REDET_HOST_DEVICE void for_each_sample_taps(const RiRoIGeometry<acc_t>& g, int ph, int pw,
+                                            int height, int width, Visit&& visit) {
+  for (int iy = 0; iy < g.grid_h; ++iy) {
+    for (int ix = 0; ix < g.grid_w; ++ix) {
+      acc_t y, x;
+      riroi_sample_point(g, ph, pw, iy, ix, &y, &x);
+      BilinearTaps<acc_t> t;
+      if (!bilinear_taps(height, width, y, x, &t)) continue;
+      visit(t);
+    }
+  }
+}
+
 // Orientation alignment. Output channel o reads input orientation `o - shift` with weight
 // (1 - frac) and its neighbour with weight frac. The neighbour that keeps the output continuous
 // in theta is `o - shift - 1` (at frac -> 1 the output becomes that of shift + 1). The peer uses

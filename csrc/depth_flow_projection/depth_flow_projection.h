@@ -61,4 +61,55 @@ inline void check_depth_flow_projection_backward_args(const at::Tensor& grad, co
               op, ": all tensors must be on one device (", flow.device(), ")");
 }
 
+// ---- host setup shared by both backends (after the checks; a CUDA caller holds its device guard) ----
+
+// Contiguous inputs, their sizes and the allocated forward outputs: output F_t->0 like flow,
+// count (B, 1, H, W) in the accumulation dtype.
+struct FlowProjectionForward {
+  at::Tensor flow, depth, output, count;
+  int64_t batch;
+  int height, width;
+};
+
+inline FlowProjectionForward prepare_flow_projection_forward(const at::Tensor& flow_,
+                                                             const at::Tensor& depth_) {
+  FlowProjectionForward f;
+  f.flow = flow_.contiguous();
+  f.depth = depth_.contiguous();
+  f.batch = f.flow.size(0);
+  f.height = f.flow.size(2);
+  f.width = f.flow.size(3);
+  const auto acc_type = flow_projection_acc_type(f.flow.scalar_type());
+  f.output = at::empty_like(f.flow, at::MemoryFormat::Contiguous);
+  f.count = at::empty({f.batch, 1, f.height, f.width}, f.flow.options().dtype(acc_type));
+  return f;
+}
+
+// Contiguous backward inputs (a non-contiguous grad_output is common: .expand, .sum; DAIN reads
+// one wrongly), their sizes and the allocated gradients.
+struct FlowProjectionBackward {
+  at::Tensor grad, flow, depth, output, count, grad_flow, grad_depth;
+  int64_t batch;
+  int height, width;
+};
+
+inline FlowProjectionBackward prepare_flow_projection_backward(const at::Tensor& grad_,
+                                                               const at::Tensor& flow_,
+                                                               const at::Tensor& depth_,
+                                                               const at::Tensor& output_,
+                                                               const at::Tensor& count_) {
+  FlowProjectionBackward b;
+  b.grad = grad_.contiguous();
+  b.flow = flow_.contiguous();
+  b.depth = depth_.contiguous();
+  b.output = output_.contiguous();
+  b.count = count_.contiguous();
+  b.batch = b.flow.size(0);
+  b.height = b.flow.size(2);
+  b.width = b.flow.size(3);
+  b.grad_flow = at::empty_like(b.flow, at::MemoryFormat::Contiguous);
+  b.grad_depth = at::empty_like(b.depth, at::MemoryFormat::Contiguous);
+  return b;
+}
+
 }  // namespace redet

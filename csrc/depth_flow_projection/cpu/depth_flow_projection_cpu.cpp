@@ -28,15 +28,13 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& f
   constexpr const char* op = "depth_flow_projection";
   check_depth_flow_projection_args(flow_, depth_, t, op);
   if (check_depth) check_depth_values(depth_, inverse_depth, op);
-  const auto flow = flow_.contiguous();
-  const auto depth = depth_.contiguous();
-  const int64_t batch = flow.size(0);
-  const int height = flow.size(2), width = flow.size(3);
+  const auto io = prepare_flow_projection_forward(flow_, depth_);
+  const at::Tensor &flow = io.flow, &depth = io.depth, &output = io.output, &count = io.count;
+  const int64_t batch = io.batch;
+  const int height = io.height, width = io.width;
   const int64_t plane = static_cast<int64_t>(height) * width;
-  const auto acc_type = flow_projection_acc_type(flow.scalar_type());
-  auto output = at::empty_like(flow);
-  auto count = at::empty({batch, 1, height, width}, flow.options().dtype(acc_type));
   if (flow.numel() == 0) return {output, count};
+  const auto acc_type = flow_projection_acc_type(flow.scalar_type());
   auto acc = at::zeros({batch, height, width, 4}, flow.options().dtype(acc_type));
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_cpu", [&] {
@@ -97,16 +95,12 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_backward_cpu(
     const at::Tensor& output_, const at::Tensor& count_, double t, bool inverse_depth,
     bool fill_holes) {
   check_depth_flow_projection_backward_args(grad_, flow_, depth_, output_, count_, t);
-  const auto grad = grad_.contiguous();  // a non-contiguous grad_output is common (.expand, .sum)
-  const auto flow = flow_.contiguous();
-  const auto depth = depth_.contiguous();
-  const auto output = output_.contiguous();
-  const auto count = count_.contiguous();
-  const int64_t batch = flow.size(0);
-  const int height = flow.size(2), width = flow.size(3);
+  const auto io = prepare_flow_projection_backward(grad_, flow_, depth_, output_, count_);
+  const at::Tensor &grad = io.grad, &flow = io.flow, &depth = io.depth, &output = io.output,
+                   &count = io.count, &grad_flow = io.grad_flow, &grad_depth = io.grad_depth;
+  const int64_t batch = io.batch;
+  const int height = io.height, width = io.width;
   const int64_t plane = static_cast<int64_t>(height) * width;
-  auto grad_flow = at::empty_like(flow);
-  auto grad_depth = at::empty_like(depth);
   if (flow.numel() == 0) return {grad_flow, grad_depth};
   const auto acc_type = flow_projection_acc_type(flow.scalar_type());
   // With hole filling, first carry the holes' gradient to the pixels they were filled from.

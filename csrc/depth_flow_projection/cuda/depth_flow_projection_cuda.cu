@@ -272,15 +272,13 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
   constexpr const char* op = "depth_flow_projection";
   check_depth_flow_projection_args(flow_, depth_, t, op);
   c10::cuda::CUDAGuard guard(flow_.device());
-  const auto flow = flow_.contiguous();
-  const auto depth = depth_.contiguous();
-  const int64_t batch = flow.size(0);
-  const int height = flow.size(2), width = flow.size(3);
+  const auto io = prepare_flow_projection_forward(flow_, depth_);
+  const at::Tensor &flow = io.flow, &depth = io.depth, &output = io.output, &count = io.count;
+  const int64_t batch = io.batch;
+  const int height = io.height, width = io.width;
   const int64_t n = batch * height * width;
-  const auto acc_type = flow_projection_acc_type(flow.scalar_type());
-  auto output = at::empty_like(flow, at::MemoryFormat::Contiguous);
-  auto count = at::empty({batch, 1, height, width}, flow.options().dtype(acc_type));
   if (n == 0) return {output, count};
+  const auto acc_type = flow_projection_acc_type(flow.scalar_type());
   auto stream = c10::cuda::getCurrentCUDAStream();
   const int blocks = blocks_for(n);
 
@@ -329,16 +327,12 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_backward_cuda(
     bool fill_holes) {
   check_depth_flow_projection_backward_args(grad_, flow_, depth_, output_, count_, t);
   c10::cuda::CUDAGuard guard(flow_.device());
-  const auto grad = grad_.contiguous();  // DAIN reads a non-contiguous grad_output wrongly
-  const auto flow = flow_.contiguous();
-  const auto depth = depth_.contiguous();
-  const auto output = output_.contiguous();
-  const auto count = count_.contiguous();
-  const int64_t batch = flow.size(0);
-  const int height = flow.size(2), width = flow.size(3);
+  const auto io = prepare_flow_projection_backward(grad_, flow_, depth_, output_, count_);
+  const at::Tensor &grad = io.grad, &flow = io.flow, &depth = io.depth, &output = io.output,
+                   &count = io.count, &grad_flow = io.grad_flow, &grad_depth = io.grad_depth;
+  const int64_t batch = io.batch;
+  const int height = io.height, width = io.width;
   const int64_t n = batch * height * width;
-  auto grad_flow = at::empty_like(flow, at::MemoryFormat::Contiguous);
-  auto grad_depth = at::empty_like(depth, at::MemoryFormat::Contiguous);
   if (n == 0) return {grad_flow, grad_depth};
   auto stream = c10::cuda::getCurrentCUDAStream();
   const int blocks = blocks_for(n);

@@ -11,12 +11,10 @@
 
 #include "common/riroi_geometry.h"
 #include "riroi_align_rotated/riroi_align_rotated.h"
+#include "riroi_align_rotated/riroi_align_rotated_ops.h"
 
 namespace redet {
 namespace {
-
-constexpr const char* kOp = "riroi_align_rotated";
-constexpr const char* kMultiOp = "riroi_align_rotated_multilevel";
 
 int64_t level_of(const int64_t* roi_levels, int64_t k) { return roi_levels ? roi_levels[k] : 0; }
 
@@ -44,21 +42,15 @@ void forward_kernel(const FeatureLevels<scalar_t, at::opmath_type<scalar_t>>& le
       for (int ph = 0; ph < out_h; ++ph) {
         for (int pw = 0; pw < out_w; ++pw) {
           std::fill(sums.begin(), sums.end(), acc_t(0));
-          for (int iy = 0; iy < g.grid_h; ++iy) {
-            for (int ix = 0; ix < g.grid_w; ++ix) {
-              acc_t y, x;
-              riroi_sample_point(g, ph, pw, iy, ix, &y, &x);
-              BilinearTaps<acc_t> t;
-              if (!bilinear_taps(height, width, y, x, &t)) continue;
-              for (int j = 0; j < num_o; ++j) {
-                const scalar_t* p = planes + j * plane;
-                sums[j] += t.weight[0] * static_cast<acc_t>(p[t.offset[0]]) +
-                           t.weight[1] * static_cast<acc_t>(p[t.offset[1]]) +
-                           t.weight[2] * static_cast<acc_t>(p[t.offset[2]]) +
-                           t.weight[3] * static_cast<acc_t>(p[t.offset[3]]);
-              }
+          for_each_sample_taps(g, ph, pw, height, width, [&](const BilinearTaps<acc_t>& t) {
+            for (int j = 0; j < num_o; ++j) {
+              const scalar_t* p = planes + j * plane;
+              sums[j] += t.weight[0] * static_cast<acc_t>(p[t.offset[0]]) +
+                         t.weight[1] * static_cast<acc_t>(p[t.offset[1]]) +
+                         t.weight[2] * static_cast<acc_t>(p[t.offset[2]]) +
+                         t.weight[3] * static_cast<acc_t>(p[t.offset[3]]);
             }
-          }
+          });
           const int64_t bin = ph * out_w + pw;
           for (int o = 0; o < num_o; ++o) {
             const acc_t v = (acc_t(1) - g.frac) * sums[main_source(o, g.shift, num_o)] +
@@ -120,18 +112,12 @@ void backward_kernel(const scalar_t* grad, const scalar_t* rois, const int64_t* 
               any = any || source_grad[j] != acc_t(0);
             }
             if (!any) continue;
-            for (int iy = 0; iy < g.grid_h; ++iy) {
-              for (int ix = 0; ix < g.grid_w; ++ix) {
-                acc_t y, x;
-                riroi_sample_point(g, ph, pw, iy, ix, &y, &x);
-                BilinearTaps<acc_t> t;
-                if (!bilinear_taps(height, width, y, x, &t)) continue;
-                for (int j = 0; j < num_o; ++j) {
-                  acc_t* p = planes + j * plane;
-                  for (int q = 0; q < 4; ++q) p[t.offset[q]] += t.weight[q] * source_grad[j];
-                }
+            for_each_sample_taps(g, ph, pw, height, width, [&](const BilinearTaps<acc_t>& t) {
+              for (int j = 0; j < num_o; ++j) {
+                acc_t* p = planes + j * plane;
+                for (int q = 0; q < 4; ++q) p[t.offset[q]] += t.weight[q] * source_grad[j];
               }
-            }
+            });
           }
         }
       }
@@ -193,57 +179,10 @@ std::vector<at::Tensor> backward_levels(const at::Tensor& grad_, const at::Tenso
   return acc;
 }
 
-at::Tensor riroi_align_rotated_cpu(const at::Tensor& input, const at::Tensor& rois,
-                                   double spatial_scale, int64_t out_h, int64_t out_w,
-                                   int64_t num_samples, int64_t num_orientations, bool clockwise,
-                                   bool legacy_orientation) {
-  const RiRoIOptions opt{out_h, out_w, num_samples, num_orientations, clockwise, legacy_orientation};
-  return forward_levels({input}, rois, at::Tensor(), {spatial_scale}, opt, "input", kOp);
-}
-
-at::Tensor riroi_align_rotated_backward_cpu(const at::Tensor& grad, const at::Tensor& rois,
-                                            double spatial_scale, int64_t num_samples,
-                                            int64_t num_orientations, bool clockwise,
-                                            bool legacy_orientation, int64_t batch_size,
-                                            int64_t channels, int64_t height, int64_t width) {
-  const RiRoIOptions opt{grad.dim() == 4 ? grad.size(2) : 0, grad.dim() == 4 ? grad.size(3) : 0,
-                         num_samples, num_orientations, clockwise, legacy_orientation};
-  return backward_levels(grad, rois, at::Tensor(), {spatial_scale}, opt, batch_size, channels,
-                         {height}, {width}, "_riroi_align_rotated_backward")[0];
-}
-
-at::Tensor riroi_align_rotated_multilevel_cpu(at::TensorList features, const at::Tensor& rois,
-                                              const at::Tensor& levels,
-                                              at::ArrayRef<double> spatial_scales, int64_t out_h,
-                                              int64_t out_w, int64_t num_samples,
-                                              int64_t num_orientations, bool clockwise,
-                                              bool legacy_orientation) {
-  const RiRoIOptions opt{out_h, out_w, num_samples, num_orientations, clockwise, legacy_orientation};
-  return forward_levels(features, rois, levels, spatial_scales, opt, "features", kMultiOp);
-}
-
-std::vector<at::Tensor> riroi_align_rotated_multilevel_backward_cpu(
-    const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& levels,
-    at::ArrayRef<double> spatial_scales, int64_t num_samples, int64_t num_orientations,
-    bool clockwise, bool legacy_orientation, int64_t batch_size, int64_t channels,
-    at::IntArrayRef heights, at::IntArrayRef widths) {
-  constexpr const char* op = "_riroi_align_rotated_multilevel_backward";
-  const RiRoIOptions opt{grad.dim() == 4 ? grad.size(2) : 0, grad.dim() == 4 ? grad.size(3) : 0,
-                         num_samples, num_orientations, clockwise, legacy_orientation};
-  TORCH_CHECK(levels.dim() == 1 && levels.size(0) == rois.size(0) &&
-                  levels.scalar_type() == at::kLong,
-              op, ": levels must be an int64 tensor of shape (K,)");
-  return backward_levels(grad, rois, levels, spatial_scales, opt, batch_size, channels, heights,
-                         widths, op);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(redet, CPU, m) {
-  m.impl("riroi_align_rotated", &riroi_align_rotated_cpu);
-  m.impl("_riroi_align_rotated_backward", &riroi_align_rotated_backward_cpu);
-  m.impl("riroi_align_rotated_multilevel", &riroi_align_rotated_multilevel_cpu);
-  m.impl("_riroi_align_rotated_multilevel_backward", &riroi_align_rotated_multilevel_backward_cpu);
+  register_riroi_kernels<&forward_levels, &backward_levels>(m);
 }
 
 }  // namespace redet

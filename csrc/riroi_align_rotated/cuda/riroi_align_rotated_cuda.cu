@@ -20,12 +20,10 @@
 #include "common/cuda_utils.cuh"
 #include "common/riroi_geometry.h"
 #include "riroi_align_rotated/riroi_align_rotated.h"
+#include "riroi_align_rotated/riroi_align_rotated_ops.h"
 
 namespace redet {
 namespace {
-
-constexpr const char* kOp = "riroi_align_rotated";
-constexpr const char* kMultiOp = "riroi_align_rotated_multilevel";
 
 struct KernelOptions {
   int out_h, out_w, num_samples, num_orientations;
@@ -79,22 +77,16 @@ forward_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> levels,
     acc_t rotated[NO];
 #pragma unroll
     for (int m = 0; m < NO; ++m) rotated[m] = acc_t(0);
-    for (int iy = 0; iy < g.grid_h; ++iy) {
-      for (int ix = 0; ix < g.grid_w; ++ix) {
-        acc_t y, x;
-        riroi_sample_point(g, ph, pw, iy, ix, &y, &x);
-        BilinearTaps<acc_t> t;
-        if (!bilinear_taps(height, width, y, x, &t)) continue;
+    for_each_sample_taps(g, ph, pw, height, width, [&](const BilinearTaps<acc_t>& t) {
 #pragma unroll
-        for (int m = 0; m < NO; ++m) {
-          const scalar_t* p = planes + ((m - g.shift + NO) % NO) * plane;
-          rotated[m] += t.weight[0] * static_cast<acc_t>(p[t.offset[0]]) +
-                        t.weight[1] * static_cast<acc_t>(p[t.offset[1]]) +
-                        t.weight[2] * static_cast<acc_t>(p[t.offset[2]]) +
-                        t.weight[3] * static_cast<acc_t>(p[t.offset[3]]);
-        }
+      for (int m = 0; m < NO; ++m) {
+        const scalar_t* p = planes + ((m - g.shift + NO) % NO) * plane;
+        rotated[m] += t.weight[0] * static_cast<acc_t>(p[t.offset[0]]) +
+                      t.weight[1] * static_cast<acc_t>(p[t.offset[1]]) +
+                      t.weight[2] * static_cast<acc_t>(p[t.offset[2]]) +
+                      t.weight[3] * static_cast<acc_t>(p[t.offset[3]]);
       }
-    }
+    });
     const acc_t keep = acc_t(1) - g.frac;
     scalar_t* out = output + (k * channels + static_cast<int64_t>(c) * NO) * bins + bin;
 #pragma unroll
@@ -134,19 +126,13 @@ forward_any_orientations_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t
     const scalar_t* side = planes + neighbour_source(o, g.shift, num_o, opt.legacy) * plane;
     const int ph = bin / opt.out_w, pw = bin % opt.out_w;
     acc_t main_sum = 0, side_sum = 0;
-    for (int iy = 0; iy < g.grid_h; ++iy) {
-      for (int ix = 0; ix < g.grid_w; ++ix) {
-        acc_t y, x;
-        riroi_sample_point(g, ph, pw, iy, ix, &y, &x);
-        BilinearTaps<acc_t> t;
-        if (!bilinear_taps(height, width, y, x, &t)) continue;
+    for_each_sample_taps(g, ph, pw, height, width, [&](const BilinearTaps<acc_t>& t) {
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          main_sum += t.weight[q] * static_cast<acc_t>(main[t.offset[q]]);
-          side_sum += t.weight[q] * static_cast<acc_t>(side[t.offset[q]]);
-        }
+      for (int q = 0; q < 4; ++q) {
+        main_sum += t.weight[q] * static_cast<acc_t>(main[t.offset[q]]);
+        side_sum += t.weight[q] * static_cast<acc_t>(side[t.offset[q]]);
       }
-    }
+    });
     output[(k * channels + c * num_o + o) * bins + bin] =
         static_cast<scalar_t>(((acc_t(1) - g.frac) * main_sum + g.frac * side_sum) / g.count);
   }
@@ -203,24 +189,18 @@ backward_scatter_kernel(const scalar_t* __restrict__ grad, const scalar_t* __res
                          (static_cast<int64_t>(n) * groups + c) * height * static_cast<int64_t>(width);
     const int64_t base = unit * num_o + j;
     const int ph = bin / opt.out_w, pw = bin % opt.out_w;
-    for (int iy = 0; iy < g.grid_h; ++iy) {
-      for (int ix = 0; ix < g.grid_w; ++ix) {
-        acc_t y, x;
-        riroi_sample_point(g, ph, pw, iy, ix, &y, &x);
-        BilinearTaps<acc_t> t;
-        if (!bilinear_taps(height, width, y, x, &t)) continue;
+    for_each_sample_taps(g, ph, pw, height, width, [&](const BilinearTaps<acc_t>& t) {
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          if (t.weight[q] == acc_t(0)) continue;  // border clamps give zero-weight taps
-          const int64_t index = base + static_cast<int64_t>(t.offset[q]) * num_o;
-          if (kFixedPoint) {
-            atomic_add_fixed_point(fixed_scratch + index, static_cast<double>(t.weight[q] * grad_j), scale);
-          } else {
-            atomicAdd(float_scratch + index, t.weight[q] * grad_j);
-          }
+      for (int q = 0; q < 4; ++q) {
+        if (t.weight[q] == acc_t(0)) continue;  // border clamps give zero-weight taps
+        const int64_t index = base + static_cast<int64_t>(t.offset[q]) * num_o;
+        if (kFixedPoint) {
+          atomic_add_fixed_point(fixed_scratch + index, static_cast<double>(t.weight[q] * grad_j), scale);
+        } else {
+          atomicAdd(float_scratch + index, t.weight[q] * grad_j);
         }
       }
-    }
+    });
   }
 }
 
@@ -370,57 +350,10 @@ std::vector<at::Tensor> backward_levels(const at::Tensor& grad_, const at::Tenso
   return gradients;
 }
 
-at::Tensor riroi_align_rotated_cuda(const at::Tensor& input, const at::Tensor& rois,
-                                    double spatial_scale, int64_t out_h, int64_t out_w,
-                                    int64_t num_samples, int64_t num_orientations, bool clockwise,
-                                    bool legacy_orientation) {
-  const RiRoIOptions opt{out_h, out_w, num_samples, num_orientations, clockwise, legacy_orientation};
-  return forward_levels({input}, rois, at::Tensor(), {spatial_scale}, opt, "input", kOp);
-}
-
-at::Tensor riroi_align_rotated_backward_cuda(const at::Tensor& grad, const at::Tensor& rois,
-                                             double spatial_scale, int64_t num_samples,
-                                             int64_t num_orientations, bool clockwise,
-                                             bool legacy_orientation, int64_t batch_size,
-                                             int64_t channels, int64_t height, int64_t width) {
-  const RiRoIOptions opt{grad.dim() == 4 ? grad.size(2) : 0, grad.dim() == 4 ? grad.size(3) : 0,
-                         num_samples, num_orientations, clockwise, legacy_orientation};
-  return backward_levels(grad, rois, at::Tensor(), {spatial_scale}, opt, batch_size, channels,
-                         {height}, {width}, "_riroi_align_rotated_backward")[0];
-}
-
-at::Tensor riroi_align_rotated_multilevel_cuda(at::TensorList features, const at::Tensor& rois,
-                                               const at::Tensor& levels,
-                                               at::ArrayRef<double> spatial_scales, int64_t out_h,
-                                               int64_t out_w, int64_t num_samples,
-                                               int64_t num_orientations, bool clockwise,
-                                               bool legacy_orientation) {
-  const RiRoIOptions opt{out_h, out_w, num_samples, num_orientations, clockwise, legacy_orientation};
-  return forward_levels(features, rois, levels, spatial_scales, opt, "features", kMultiOp);
-}
-
-std::vector<at::Tensor> riroi_align_rotated_multilevel_backward_cuda(
-    const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& levels,
-    at::ArrayRef<double> spatial_scales, int64_t num_samples, int64_t num_orientations,
-    bool clockwise, bool legacy_orientation, int64_t batch_size, int64_t channels,
-    at::IntArrayRef heights, at::IntArrayRef widths) {
-  constexpr const char* op = "_riroi_align_rotated_multilevel_backward";
-  const RiRoIOptions opt{grad.dim() == 4 ? grad.size(2) : 0, grad.dim() == 4 ? grad.size(3) : 0,
-                         num_samples, num_orientations, clockwise, legacy_orientation};
-  TORCH_CHECK(levels.dim() == 1 && levels.size(0) == rois.size(0) &&
-                  levels.scalar_type() == at::kLong,
-              op, ": levels must be an int64 tensor of shape (K,)");
-  return backward_levels(grad, rois, levels, spatial_scales, opt, batch_size, channels, heights,
-                         widths, op);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(redet, CUDA, m) {
-  m.impl("riroi_align_rotated", &riroi_align_rotated_cuda);
-  m.impl("_riroi_align_rotated_backward", &riroi_align_rotated_backward_cuda);
-  m.impl("riroi_align_rotated_multilevel", &riroi_align_rotated_multilevel_cuda);
-  m.impl("_riroi_align_rotated_multilevel_backward", &riroi_align_rotated_multilevel_backward_cuda);
+  register_riroi_kernels<&forward_levels, &backward_levels>(m);
 }
 
 }  // namespace redet

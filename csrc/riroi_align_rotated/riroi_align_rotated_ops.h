@@ -1,0 +1,94 @@
+// RiRoIAlignRotated: the four op entry points (schemas in riroi_align_rotated.cpp), written once
+// for both backends. A backend supplies only its multi-level implementation, forward_levels and
+// backward_levels; the single-level ops are their one-level case (levels undefined).
+#pragma once
+#include <torch/library.h>
+
+#include <vector>
+
+#include "riroi_align_rotated/riroi_align_rotated.h"
+
+namespace redet {
+
+// features, rois, levels (undefined = single level), scales, options, what the user calls the
+// features ("input" or "features"), op name for messages.
+using RiRoIForwardLevels = at::Tensor (*)(at::TensorList, const at::Tensor&, const at::Tensor&,
+                                          at::ArrayRef<double>, const RiRoIOptions&, const char*,
+                                          const char*);
+// grad_output, rois, levels, scales, options, batch_size, channels, heights, widths, op name.
+using RiRoIBackwardLevels = std::vector<at::Tensor> (*)(const at::Tensor&, const at::Tensor&,
+                                                        const at::Tensor&, at::ArrayRef<double>,
+                                                        const RiRoIOptions&, int64_t, int64_t,
+                                                        at::IntArrayRef, at::IntArrayRef,
+                                                        const char*);
+
+// The backward ops take the output size from grad_output (0 when its rank is wrong, which
+// check_riroi_grad then reports).
+inline RiRoIOptions riroi_backward_options(const at::Tensor& grad, int64_t num_samples,
+                                           int64_t num_orientations, bool clockwise,
+                                           bool legacy_orientation) {
+  return {grad.dim() == 4 ? grad.size(2) : 0, grad.dim() == 4 ? grad.size(3) : 0,
+          num_samples, num_orientations, clockwise, legacy_orientation};
+}
+
+template <RiRoIForwardLevels forward_levels>
+at::Tensor riroi_align_rotated_op(const at::Tensor& input, const at::Tensor& rois,
+                                  double spatial_scale, int64_t out_h, int64_t out_w,
+                                  int64_t num_samples, int64_t num_orientations, bool clockwise,
+                                  bool legacy_orientation) {
+  const RiRoIOptions opt{out_h, out_w, num_samples, num_orientations, clockwise, legacy_orientation};
+  return forward_levels({input}, rois, at::Tensor(), {spatial_scale}, opt, "input",
+                        "riroi_align_rotated");
+}
+
+template <RiRoIBackwardLevels backward_levels>
+at::Tensor riroi_align_rotated_backward_op(const at::Tensor& grad, const at::Tensor& rois,
+                                           double spatial_scale, int64_t num_samples,
+                                           int64_t num_orientations, bool clockwise,
+                                           bool legacy_orientation, int64_t batch_size,
+                                           int64_t channels, int64_t height, int64_t width) {
+  const auto opt =
+      riroi_backward_options(grad, num_samples, num_orientations, clockwise, legacy_orientation);
+  return backward_levels(grad, rois, at::Tensor(), {spatial_scale}, opt, batch_size, channels,
+                         {height}, {width}, "_riroi_align_rotated_backward")[0];
+}
+
+template <RiRoIForwardLevels forward_levels>
+at::Tensor riroi_align_rotated_multilevel_op(at::TensorList features, const at::Tensor& rois,
+                                             const at::Tensor& levels,
+                                             at::ArrayRef<double> spatial_scales, int64_t out_h,
+                                             int64_t out_w, int64_t num_samples,
+                                             int64_t num_orientations, bool clockwise,
+                                             bool legacy_orientation) {
+  const RiRoIOptions opt{out_h, out_w, num_samples, num_orientations, clockwise, legacy_orientation};
+  return forward_levels(features, rois, levels, spatial_scales, opt, "features",
+                        "riroi_align_rotated_multilevel");
+}
+
+template <RiRoIBackwardLevels backward_levels>
+std::vector<at::Tensor> riroi_align_rotated_multilevel_backward_op(
+    const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& levels,
+    at::ArrayRef<double> spatial_scales, int64_t num_samples, int64_t num_orientations,
+    bool clockwise, bool legacy_orientation, int64_t batch_size, int64_t channels,
+    at::IntArrayRef heights, at::IntArrayRef widths) {
+  constexpr const char* op = "_riroi_align_rotated_multilevel_backward";
+  const auto opt =
+      riroi_backward_options(grad, num_samples, num_orientations, clockwise, legacy_orientation);
+  TORCH_CHECK(levels.dim() == 1 && levels.size(0) == rois.size(0) &&
+                  levels.scalar_type() == at::kLong,
+              op, ": levels must be an int64 tensor of shape (K,)");
+  return backward_levels(grad, rois, levels, spatial_scales, opt, batch_size, channels, heights,
+                         widths, op);
+}
+
+// Call inside a backend's TORCH_LIBRARY_IMPL(redet, <key>, m).
+template <RiRoIForwardLevels forward_levels, RiRoIBackwardLevels backward_levels>
+void register_riroi_kernels(torch::Library& m) {
+  m.impl("riroi_align_rotated", &riroi_align_rotated_op<forward_levels>);
+  m.impl("_riroi_align_rotated_backward", &riroi_align_rotated_backward_op<backward_levels>);
+  m.impl("riroi_align_rotated_multilevel", &riroi_align_rotated_multilevel_op<forward_levels>);
+  m.impl("_riroi_align_rotated_multilevel_backward",
+         &riroi_align_rotated_multilevel_backward_op<backward_levels>);
+}
+
+}  // namespace redet
