@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from redet_plugin.ops import (RiRoIAlignRotated, riroi_align_rotated,
                               riroi_align_rotated_multilevel)
+from tests._helpers import deterministic_mode
 from tests.test_ops._reference import riroi_align_rotated_reference as reference
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -427,15 +428,6 @@ def test_fuzz_against_reference(n, fields, nO, h, w, k, oh, ow, num_samples, sca
 
 
 # ---------------------------------- CUDA (run on the GPU machine) ----------------------------------
-class DeterministicMode:
-    def __enter__(self):
-        self.previous = torch.are_deterministic_algorithms_enabled()
-        torch.use_deterministic_algorithms(True)
-
-    def __exit__(self, *exc):
-        torch.use_deterministic_algorithms(self.previous)
-
-
 @CUDA
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("nO", [8, 4, 3])
@@ -490,7 +482,7 @@ def test_cuda_deterministic_backward_is_bitwise_repeatable(dtype):
     x, rois = x.cuda(), rois.cuda()
     grad = torch.randn(300, 32, 7, 7, device="cuda").to(dtype)
     results = []
-    with DeterministicMode():
+    with deterministic_mode():
         for _ in range(3):
             xi = x.clone().requires_grad_(True)
             call(xi, rois, 7, num_samples=0).backward(grad)

@@ -38,13 +38,33 @@ __global__ void roi_pool_forward_kernel(const scalar_t* __restrict__ input,
   }
 }
 
+// The backward scatters each output gradient onto its argmax pixel; `Add` says how it is summed.
 // Fast path: float atomics into an fp32 (fp64 for double) accumulator.
-template <typename scalar_t, typename acc_t>
+template <typename acc_t>
+struct FloatAtomicAdd {
+  acc_t* target;
+  __device__ void prepare() {}
+  __device__ void operator()(int64_t i, acc_t value) const { atomicAdd(target + i, value); }
+};
+
+// Deterministic path: 64-bit fixed point with integer atomics (order-independent sums).
+struct FixedPointAdd {
+  long long* target;
+  const double* bound;
+  double scale = 1.0;
+  __device__ void prepare() { scale = fixed_point_scale(*bound); }
+  __device__ void operator()(int64_t i, double value) const {
+    atomic_add_fixed_point(target + i, value, scale);
+  }
+};
+
+template <typename scalar_t, typename Add>
 __global__ void roi_pool_backward_kernel(const scalar_t* __restrict__ grad,
                                          const scalar_t* __restrict__ rois,
                                          const int* __restrict__ argmax, int64_t num_rois,
                                          int64_t channels, int64_t plane_size, int64_t bins,
-                                         acc_t* __restrict__ grad_input) {
+                                         Add add) {
+  add.prepare();
   const int64_t total = channels * num_rois * bins;
   REDET_CUDA_GRID_STRIDE(i, total) {
     const int64_t bin = i % bins;
@@ -54,30 +74,7 @@ __global__ void roi_pool_backward_kernel(const scalar_t* __restrict__ grad,
     const int index = argmax[o];
     if (index < 0) continue;
     const int64_t n = static_cast<int64_t>(rois[k * 5]);
-    atomicAdd(grad_input + (n * channels + c) * plane_size + index, static_cast<acc_t>(grad[o]));
-  }
-}
-
-// Deterministic path: the same scatter into 64-bit fixed point with integer atomics.
-template <typename scalar_t>
-__global__ void roi_pool_backward_fixed_kernel(const scalar_t* __restrict__ grad,
-                                               const scalar_t* __restrict__ rois,
-                                               const int* __restrict__ argmax, int64_t num_rois,
-                                               int64_t channels, int64_t plane_size, int64_t bins,
-                                               const double* __restrict__ bound,
-                                               long long* __restrict__ grad_input) {
-  const double scale = fixed_point_scale(*bound);
-  const int64_t total = channels * num_rois * bins;
-  REDET_CUDA_GRID_STRIDE(i, total) {
-    const int64_t bin = i % bins;
-    const int64_t k = (i / bins) % num_rois;
-    const int64_t c = i / (bins * num_rois);
-    const int64_t o = (k * channels + c) * bins + bin;
-    const int index = argmax[o];
-    if (index < 0) continue;
-    const int64_t n = static_cast<int64_t>(rois[k * 5]);
-    atomic_add_fixed_point(grad_input + (n * channels + c) * plane_size + index,
-                           static_cast<double>(grad[o]), scale);
+    add((n * channels + c) * plane_size + index, static_cast<at::opmath_type<scalar_t>>(grad[o]));
   }
 }
 
@@ -123,10 +120,11 @@ at::Tensor roi_pool_backward_cuda(const at::Tensor& grad_, const at::Tensor& roi
     auto grad_input = at::empty({batch_size, channels, height, width}, grad.options());
     if (total > 0) {
       AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "roi_pool_backward_det", [&] {
-        roi_pool_backward_fixed_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
+        const FixedPointAdd add{reinterpret_cast<long long*>(fixed.data_ptr<int64_t>()),
+                                bound.data_ptr<double>()};
+        roi_pool_backward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
             grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), argmax.data_ptr<int>(), num_rois,
-            channels, plane, bins, bound.data_ptr<double>(),
-            reinterpret_cast<long long*>(fixed.data_ptr<int64_t>()));
+            channels, plane, bins, add);
       });
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
@@ -139,9 +137,9 @@ at::Tensor roi_pool_backward_cuda(const at::Tensor& grad_, const at::Tensor& roi
   if (total > 0) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "roi_pool_backward_cuda", [&] {
       using acc_t = at::opmath_type<scalar_t>;
-      roi_pool_backward_kernel<scalar_t, acc_t><<<blocks_for(total), kThreads, 0, stream>>>(
+      roi_pool_backward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
           grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), argmax.data_ptr<int>(), num_rois,
-          channels, plane, bins, acc.data_ptr<acc_t>());
+          channels, plane, bins, FloatAtomicAdd<acc_t>{acc.data_ptr<acc_t>()});
     });
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
