@@ -1,6 +1,9 @@
 // Depth-aware flow projection (DAIN): argument checks and helpers shared by both backends.
 #pragma once
 #include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <tuple>
 
 namespace redet {
 
@@ -110,6 +113,24 @@ inline FlowProjectionBackward prepare_flow_projection_backward(const at::Tensor&
   b.grad_flow = at::empty_like(b.flow, at::MemoryFormat::Contiguous);
   b.grad_depth = at::empty_like(b.depth, at::MemoryFormat::Contiguous);
   return b;
+}
+
+// Call inside a backend's TORCH_LIBRARY_IMPL(redet, <key>, m) with that backend's kernels.
+using DepthFlowProjectionFn = std::tuple<at::Tensor, at::Tensor> (*)(const at::Tensor& flow,
+                                                                     const at::Tensor& depth,
+                                                                     double t, bool inverse_depth,
+                                                                     bool fill_holes,
+                                                                     bool check_depth);
+using DepthFlowProjectionBackwardFn = std::tuple<at::Tensor, at::Tensor> (*)(
+    const at::Tensor& grad_output, const at::Tensor& flow, const at::Tensor& depth,
+    const at::Tensor& output, const at::Tensor& count, double t, bool inverse_depth,
+    bool fill_holes);
+
+inline void register_depth_flow_projection_kernels(torch::Library& m,
+                                                   DepthFlowProjectionFn forward,
+                                                   DepthFlowProjectionBackwardFn backward) {
+  m.impl("depth_flow_projection", forward);
+  m.impl("_depth_flow_projection_backward", backward);
 }
 
 }  // namespace redet

@@ -164,8 +164,8 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_backward_cpu(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(redet, CPU, m) {
-  m.impl("depth_flow_projection", &depth_flow_projection_cpu);
-  m.impl("_depth_flow_projection_backward", &depth_flow_projection_backward_cpu);
+  register_depth_flow_projection_kernels(m, &depth_flow_projection_cpu,
+                                         &depth_flow_projection_backward_cpu);
 }
 
 }  // namespace redet

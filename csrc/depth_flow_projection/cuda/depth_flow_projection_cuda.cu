@@ -363,8 +363,8 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_backward_cuda(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(redet, CUDA, m) {
-  m.impl("depth_flow_projection", &depth_flow_projection_cuda);
-  m.impl("_depth_flow_projection_backward", &depth_flow_projection_backward_cuda);
+  register_depth_flow_projection_kernels(m, &depth_flow_projection_cuda,
+                                         &depth_flow_projection_backward_cuda);
 }
 
 }  // namespace redet

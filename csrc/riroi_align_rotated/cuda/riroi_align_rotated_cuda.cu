@@ -77,16 +77,24 @@ forward_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> levels,
     acc_t rotated[NO];
 #pragma unroll
     for (int m = 0; m < NO; ++m) rotated[m] = acc_t(0);
-    for_each_sample_taps(g, ph, pw, height, width, [&](const BilinearTaps<acc_t>& t) {
+    // The sampling loop of for_each_sample_taps, written out: through a lambda nvcc gives this
+    // kernel more registers (NO = 8: 100 instead of 80, fewer resident warps).
+    for (int iy = 0; iy < g.grid_h; ++iy) {
+      for (int ix = 0; ix < g.grid_w; ++ix) {
+        acc_t y, x;
+        riroi_sample_point(g, ph, pw, iy, ix, &y, &x);
+        BilinearTaps<acc_t> t;
+        if (!bilinear_taps(height, width, y, x, &t)) continue;
 #pragma unroll
-      for (int m = 0; m < NO; ++m) {
-        const scalar_t* p = planes + ((m - g.shift + NO) % NO) * plane;
-        rotated[m] += t.weight[0] * static_cast<acc_t>(p[t.offset[0]]) +
-                      t.weight[1] * static_cast<acc_t>(p[t.offset[1]]) +
-                      t.weight[2] * static_cast<acc_t>(p[t.offset[2]]) +
-                      t.weight[3] * static_cast<acc_t>(p[t.offset[3]]);
+        for (int m = 0; m < NO; ++m) {
+          const scalar_t* p = planes + ((m - g.shift + NO) % NO) * plane;
+          rotated[m] += t.weight[0] * static_cast<acc_t>(p[t.offset[0]]) +
+                        t.weight[1] * static_cast<acc_t>(p[t.offset[1]]) +
+                        t.weight[2] * static_cast<acc_t>(p[t.offset[2]]) +
+                        t.weight[3] * static_cast<acc_t>(p[t.offset[3]]);
+        }
       }
-    });
+    }
     const acc_t keep = acc_t(1) - g.frac;
     scalar_t* out = output + (k * channels + static_cast<int64_t>(c) * NO) * bins + bin;
 #pragma unroll
