@@ -133,7 +133,7 @@ REDET_HOST_DEVICE bool bilinear_taps(int height, int width, acc_t y, acc_t x, Bi
 }
 
 // Calls visit(taps) for each sample point of bin (ph, pw) that reads the map, in (iy, ix) order:
-// the sampling loop every RiRoI kernel shares (CPU and CUDA, forward and backward).
+// the sampling loop of the RiRoI kernels (the two CUDA forward kernels write it out, see there).
 template <typename acc_t, typename Visit>
 REDET_HOST_DEVICE void for_each_sample_taps(const RiRoIGeometry<acc_t>& g, int ph, int pw,
                                             int height, int width, Visit&& visit) {

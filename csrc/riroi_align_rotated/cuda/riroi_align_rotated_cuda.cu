@@ -77,8 +77,8 @@ forward_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> levels,
     acc_t rotated[NO];
 #pragma unroll
     for (int m = 0; m < NO; ++m) rotated[m] = acc_t(0);
-    // The sampling loop of for_each_sample_taps, written out: through a lambda nvcc gives this
-    // kernel more registers (NO = 8: 100 instead of 80, fewer resident warps).
+    // The loop of for_each_sample_taps (riroi_geometry.h), written out: through the lambda nvcc
+    // gives this kernel more registers (NO = 8: 100 instead of 80, fewer resident warps).
     for (int iy = 0; iy < g.grid_h; ++iy) {
       for (int ix = 0; ix < g.grid_w; ++ix) {
         acc_t y, x;
@@ -134,13 +134,21 @@ forward_any_orientations_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t
     const scalar_t* side = planes + neighbour_source(o, g.shift, num_o, opt.legacy) * plane;
     const int ph = bin / opt.out_w, pw = bin % opt.out_w;
     acc_t main_sum = 0, side_sum = 0;
-    for_each_sample_taps(g, ph, pw, height, width, [&](const BilinearTaps<acc_t>& t) {
+    // Written out like forward_kernel's: through the lambda nvcc contracts the final blend into
+    // a different fma (last-bit changes).
+    for (int iy = 0; iy < g.grid_h; ++iy) {
+      for (int ix = 0; ix < g.grid_w; ++ix) {
+        acc_t y, x;
+        riroi_sample_point(g, ph, pw, iy, ix, &y, &x);
+        BilinearTaps<acc_t> t;
+        if (!bilinear_taps(height, width, y, x, &t)) continue;
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        main_sum += t.weight[q] * static_cast<acc_t>(main[t.offset[q]]);
-        side_sum += t.weight[q] * static_cast<acc_t>(side[t.offset[q]]);
+        for (int q = 0; q < 4; ++q) {
+          main_sum += t.weight[q] * static_cast<acc_t>(main[t.offset[q]]);
+          side_sum += t.weight[q] * static_cast<acc_t>(side[t.offset[q]]);
+        }
       }
-    });
+    }
     output[(k * channels + c * num_o + o) * bins + bin] =
         static_cast<scalar_t>(((acc_t(1) - g.frac) * main_sum + g.frac * side_sum) / g.count);
   }
