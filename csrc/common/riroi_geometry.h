@@ -132,20 +132,13 @@ REDET_HOST_DEVICE bool bilinear_taps(int height, int width, acc_t y, acc_t x, Bi
   return true;
 }
 
-// Calls visit(taps) for each sample point of bin (ph, pw) that reads the map, in (iy, ix) order:
-// the sampling loop of the RiRoI kernels (the two CUDA forward kernels write it out, see there).
-template <typename acc_t, typename Visit>
-REDET_HOST_DEVICE void for_each_sample_taps(const RiRoIGeometry<acc_t>& g, int ph, int pw,
-                                            int height, int width, Visit&& visit) {
-  for (int iy = 0; iy < g.grid_h; ++iy) {
-    for (int ix = 0; ix < g.grid_w; ++ix) {
-      acc_t y, x;
-      riroi_sample_point(g, ph, pw, iy, ix, &y, &x);
-      BilinearTaps<acc_t> t;
-      if (!bilinear_taps(height, width, y, x, &t)) continue;
-      visit(t);
-    }
-  }
+// The bilinear taps of sample (iy, ix) of bin (ph, pw); false when the point reads nothing.
+template <typename acc_t>
+REDET_HOST_DEVICE bool sample_taps(const RiRoIGeometry<acc_t>& g, int ph, int pw, int iy, int ix,
+                                   int height, int width, BilinearTaps<acc_t>* t) {
+  acc_t y, x;
+  riroi_sample_point(g, ph, pw, iy, ix, &y, &x);
+  return bilinear_taps(height, width, y, x, t);
 }
 
 // Orientation alignment. Output channel o reads input orientation `o - shift` with weight

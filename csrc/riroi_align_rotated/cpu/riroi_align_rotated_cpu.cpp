@@ -42,15 +42,19 @@ void forward_kernel(const FeatureLevels<scalar_t, at::opmath_type<scalar_t>>& le
       for (int ph = 0; ph < out_h; ++ph) {
         for (int pw = 0; pw < out_w; ++pw) {
           std::fill(sums.begin(), sums.end(), acc_t(0));
-          for_each_sample_taps(g, ph, pw, height, width, [&](const BilinearTaps<acc_t>& t) {
-            for (int j = 0; j < num_o; ++j) {
-              const scalar_t* p = planes + j * plane;
-              sums[j] += t.weight[0] * static_cast<acc_t>(p[t.offset[0]]) +
-                         t.weight[1] * static_cast<acc_t>(p[t.offset[1]]) +
-                         t.weight[2] * static_cast<acc_t>(p[t.offset[2]]) +
-                         t.weight[3] * static_cast<acc_t>(p[t.offset[3]]);
+          for (int iy = 0; iy < g.grid_h; ++iy) {
+            for (int ix = 0; ix < g.grid_w; ++ix) {
+              BilinearTaps<acc_t> t;
+              if (!sample_taps(g, ph, pw, iy, ix, height, width, &t)) continue;
+              for (int j = 0; j < num_o; ++j) {
+                const scalar_t* p = planes + j * plane;
+                sums[j] += t.weight[0] * static_cast<acc_t>(p[t.offset[0]]) +
+                           t.weight[1] * static_cast<acc_t>(p[t.offset[1]]) +
+                           t.weight[2] * static_cast<acc_t>(p[t.offset[2]]) +
+                           t.weight[3] * static_cast<acc_t>(p[t.offset[3]]);
+              }
             }
-          });
+          }
           const int64_t bin = ph * out_w + pw;
           for (int o = 0; o < num_o; ++o) {
             const acc_t v = (acc_t(1) - g.frac) * sums[main_source(o, g.shift, num_o)] +
@@ -112,12 +116,16 @@ void backward_kernel(const scalar_t* grad, const scalar_t* rois, const int64_t* 
               any = any || source_grad[j] != acc_t(0);
             }
             if (!any) continue;
-            for_each_sample_taps(g, ph, pw, height, width, [&](const BilinearTaps<acc_t>& t) {
-              for (int j = 0; j < num_o; ++j) {
-                acc_t* p = planes + j * plane;
-                for (int q = 0; q < 4; ++q) p[t.offset[q]] += t.weight[q] * source_grad[j];
+            for (int iy = 0; iy < g.grid_h; ++iy) {
+              for (int ix = 0; ix < g.grid_w; ++ix) {
+                BilinearTaps<acc_t> t;
+                if (!sample_taps(g, ph, pw, iy, ix, height, width, &t)) continue;
+                for (int j = 0; j < num_o; ++j) {
+                  acc_t* p = planes + j * plane;
+                  for (int q = 0; q < 4; ++q) p[t.offset[q]] += t.weight[q] * source_grad[j];
+                }
               }
-            });
+            }
           }
         }
       }
