@@ -1,6 +1,7 @@
 // RiRoIAlignRotated: the four op entry points (schemas in riroi_align_rotated.cpp), written once
 // for both backends. A backend supplies only its multi-level implementation, forward_levels and
-// backward_levels; the single-level ops are their one-level case (levels undefined).
+// backward_levels; the single-level ops are their one-level case (levels undefined). The backward
+// entry points check grad_output and the options, which they derive the output size from.
 #pragma once
 #include <torch/library.h>
 
@@ -31,6 +32,13 @@ inline RiRoIOptions riroi_backward_options(const at::Tensor& grad, int64_t num_s
           num_samples, num_orientations, clockwise, legacy_orientation};
 }
 
+// Checks of both backward ops, before the backend's backward_levels.
+inline void check_riroi_backward(const at::Tensor& grad, const at::Tensor& rois, int64_t channels,
+                                 const RiRoIOptions& opt, const char* op) {
+  check_riroi_options(opt, op);
+  check_riroi_grad(grad, rois, channels, opt, op);
+}
+
 template <RiRoIForwardLevels forward_levels>
 at::Tensor riroi_align_rotated_op(const at::Tensor& input, const at::Tensor& rois,
                                   double spatial_scale, int64_t out_h, int64_t out_w,
@@ -49,6 +57,7 @@ at::Tensor riroi_align_rotated_backward_op(const at::Tensor& grad, const at::Ten
                                            int64_t channels, int64_t height, int64_t width) {
   const auto opt =
       riroi_backward_options(grad, num_samples, num_orientations, clockwise, legacy_orientation);
+  check_riroi_backward(grad, rois, channels, opt, "_riroi_align_rotated_backward");
   return backward_levels(grad, rois, at::Tensor(), {spatial_scale}, opt, batch_size, channels,
                          {height}, {width}, "_riroi_align_rotated_backward")[0];
 }
@@ -77,6 +86,7 @@ std::vector<at::Tensor> riroi_align_rotated_multilevel_backward_op(
   TORCH_CHECK(levels.dim() == 1 && levels.size(0) == rois.size(0) &&
                   levels.scalar_type() == at::kLong,
               op, ": levels must be an int64 tensor of shape (K,)");
+  check_riroi_backward(grad, rois, channels, opt, op);
   return backward_levels(grad, rois, levels, spatial_scales, opt, batch_size, channels, heights,
                          widths, op);
 }

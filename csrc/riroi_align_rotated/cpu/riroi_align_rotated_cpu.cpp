@@ -152,13 +152,12 @@ at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
   return output;
 }
 
+// grad_output and the options are checked by the op entry points (riroi_align_rotated_ops.h).
 std::vector<at::Tensor> backward_levels(const at::Tensor& grad_, const at::Tensor& rois_,
                                         const at::Tensor& levels_, at::ArrayRef<double> scales,
                                         const RiRoIOptions& opt, int64_t batch_size,
                                         int64_t channels, at::IntArrayRef heights,
                                         at::IntArrayRef widths, const char* op) {
-  check_riroi_options(opt, op);
-  check_riroi_grad(grad_, rois_, channels, opt, op);
   TORCH_CHECK(heights.size() == widths.size() && heights.size() == scales.size(), op,
               ": heights, widths and spatial_scales must have one entry per level");
   const auto grad = grad_.contiguous();

@@ -286,13 +286,12 @@ at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
   return output;
 }
 
+// grad_output and the options are checked by the op entry points (riroi_align_rotated_ops.h).
 std::vector<at::Tensor> backward_levels(const at::Tensor& grad_, const at::Tensor& rois_,
                                         const at::Tensor& levels_, at::ArrayRef<double> scales,
                                         const RiRoIOptions& opt, int64_t batch_size,
                                         int64_t channels, at::IntArrayRef heights,
                                         at::IntArrayRef widths, const char* op) {
-  check_riroi_options(opt, op);
-  check_riroi_grad(grad_, rois_, channels, opt, op);
   const size_t num_levels = heights.size();
   TORCH_CHECK(widths.size() == num_levels && scales.size() == num_levels && num_levels >= 1 &&
                   num_levels <= kMaxFeatureLevels,
