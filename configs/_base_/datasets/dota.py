@@ -48,5 +48,5 @@ val_dataloader = dict(
         pipeline=val_pipeline))
 test_dataloader = val_dataloader
 
-val_evaluator = dict(type='DOTAMetric', metric='mAP')
+val_evaluator = dict(type='DOTAMetric', iou_thrs=0.5, ap_method='11points')
 test_evaluator = val_evaluator

@@ -1,0 +1,69 @@
+"""Train a detector from a config with mmengine's Runner.
+
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [auto|CKPT]] [--amp]
+                          [--cfg-options key=value ...] [--launcher pytorch]
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout
+
+from mmengine.config import Config, DictAction  # noqa: E402
+from mmengine.runner import Runner  # noqa: E402
+
+from tools._common import check_data_folders, fail  # noqa: E402
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Train a rotated detector')
+    parser.add_argument('config', help='config file')
+    parser.add_argument('--work-dir', help='folder for logs and checkpoints '
+                        '(default: work_dirs/<config name>)')
+    parser.add_argument('--resume', nargs='?', const='auto', default=None,
+                        help="resume training: 'auto' (or no value) = from the latest checkpoint "
+                        'in the work dir; or a checkpoint path')
+    parser.add_argument('--amp', action='store_true', help='mixed precision (AmpOptimWrapper)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config entries, e.g. train_cfg.max_epochs=1')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def build_config(args) -> Config:
+    if not osp.isfile(args.config):
+        fail(f'config file {args.config!r} does not exist')
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    cfg.launcher = args.launcher
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
+        'work_dirs', osp.splitext(osp.basename(args.config))[0])
+    if args.amp:
+        if cfg.optim_wrapper.get('type', 'OptimWrapper') != 'OptimWrapper':
+            fail(f'--amp: expected optim_wrapper type OptimWrapper, got {cfg.optim_wrapper.type}')
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.loss_scale = 'dynamic'
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume is not None:
+        if not osp.isfile(args.resume):
+            fail(f'--resume: checkpoint {args.resume!r} does not exist')
+        cfg.resume, cfg.load_from = True, args.resume
+    return cfg
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = build_config(args)
+    check_data_folders(cfg, ('train_dataloader', 'val_dataloader'))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+
+
+if __name__ == '__main__':
+    main()
