@@ -1,5 +1,5 @@
-"""Stand-ins for parts other issues deliver (ReResNet/ReFPN, our RoI extractors), used only while
-those are not registered yet, so the detector's tests run either way."""
+"""Stand-ins for parts other issues deliver (ReResNet/ReFPN, RiRoIAlignRotated, our RoI
+extractors), used only while those are not registered yet, so the detector's tests run either way."""
 import torch
 from mmcv.ops import RoIAlignRotated
 from mmdet.models.roi_heads.roi_extractors import SingleRoIExtractor
@@ -20,19 +20,29 @@ class _StandInRotatedRoIExtractor(SingleRoIExtractor):
         return levels.clamp(min=0, max=num_levels - 1).long()
 
 
+def missing_parts():
+    return [name for name in ('ReResNet', 'ReFPN', 'HorizontalSingleRoIExtractor',
+                              'RotatedSingleRoIExtractor', 'RiRoIAlignRotated')
+            if MODELS.get(name) is None]
+
+
 def with_standins(cfg):
-    """Replaces in a model config every type that is not registered yet by its stand-in."""
+    """Replaces in a config every model part that is not registered yet by a stand-in."""
     model = cfg.model if 'model' in cfg else cfg
-    if MODELS.get('ReResNet') is None:
+    missing = missing_parts()
+    if 'ReResNet' in missing:
         width = model.backbone.get('base_channels', 64)
         model.backbone = dict(type='ResNet', depth=model.backbone.depth, base_channels=width,
                               num_stages=4, out_indices=(0, 1, 2, 3), norm_eval=False)
-    if MODELS.get('ReFPN') is None:
+    if 'ReFPN' in missing:
         model.neck = dict(type='FPN', **{k: v for k, v in model.neck.items() if k != 'type'})
     extractors = model.roi_head.bbox_roi_extractor
-    if MODELS.get('HorizontalSingleRoIExtractor') is None:
+    if 'HorizontalSingleRoIExtractor' in missing:
         extractors[0] = dict(extractors[0], type='SingleRoIExtractor',
                              roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0))
-    if MODELS.get('RotatedSingleRoIExtractor') is None:
+    if 'RotatedSingleRoIExtractor' in missing:
         extractors[1] = dict(extractors[1], type='_StandInRotatedRoIExtractor')
+    elif 'RiRoIAlignRotated' in missing:
+        extractors[1] = dict(extractors[1], roi_layer=dict(
+            type='RoIAlignRotated', output_size=7, sampling_ratio=2, clockwise=True))
     return cfg
