@@ -41,8 +41,10 @@ class RoITransformerRoIHead(CascadeRoIHead):
         horizontal_priors = results.priors.size(-1) == 4
         if horizontal_priors:
             match_gt = _with_boxes(gt, rbox_to_enclosing_hbox(gt.bboxes))
-            if gt_ignore is not None and 'bboxes' in gt_ignore and gt_ignore.bboxes.size(-1) == 5:
-                gt_ignore = _with_boxes(gt_ignore, rbox_to_enclosing_hbox(gt_ignore.bboxes))
+            if gt_ignore is not None and 'bboxes' in gt_ignore:
+                ignored = get_box_tensor(gt_ignore.bboxes)
+                if ignored.size(-1) == 5:
+                    gt_ignore = _with_boxes(gt_ignore, rbox_to_enclosing_hbox(ignored))
         else:
             match_gt = gt
         assign_result = self.bbox_assigner[stage].assign(results, match_gt, gt_ignore)
