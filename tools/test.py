@@ -14,7 +14,7 @@ from mmengine.config import Config, DictAction  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
 
 from tools._common import check_checkpoint_matches, check_data_folders, fail  # noqa: E402
-from tools._test_hooks import ProgressBarHook, RotatedPicturesHook  # noqa: E402
+from tools._progress_hook import ProgressBarHook  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -50,8 +50,9 @@ def build_config(args) -> Config:
         'work_dirs', osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
     cfg.resume = False
-    # the pictures come from our own hook; mmdet's visualizer only draws horizontal boxes
-    cfg.default_hooks.pop('visualization', None)
+    if args.show_dir:  # mmdet's hook, with the config's (rotated) visualizer
+        cfg.default_hooks.visualization.update(
+            draw=True, test_out_dir=osp.abspath(args.show_dir), score_thr=args.score_thr)
     return cfg
 
 
@@ -62,8 +63,6 @@ def main(argv=None):
     runner = Runner.from_cfg(cfg)
     check_checkpoint_matches(runner.model, args.checkpoint)
     runner.register_hook(ProgressBarHook(), priority='VERY_LOW')
-    if args.show_dir:
-        runner.register_hook(RotatedPicturesHook(args.show_dir, args.score_thr), priority='LOW')
     if args.out:
         from mmdet.evaluation import DumpDetResults
         runner.test_evaluator.metrics.append(DumpDetResults(out_file_path=args.out))

@@ -14,7 +14,8 @@ env_cfg = dict(
     dist_cfg=dict(backend='nccl'))
 
 vis_backends = [dict(type='LocalVisBackend')]
-visualizer = dict(type='DetLocalVisualizer', vis_backends=vis_backends, name='visualizer')
+# draws rotated boxes (tools/test.py --show-dir)
+visualizer = dict(type='RotatedDetLocalVisualizer', vis_backends=vis_backends, name='visualizer')
 log_processor = dict(type='LogProcessor', window_size=50, by_epoch=True)
 
 log_level = 'INFO'
