@@ -21,7 +21,7 @@ import sys
 from importlib.metadata import version
 for spec in sys.argv[1:]:
     name, want = spec.split("==")
-    if version(name) != want:
+    if version(name).split("+")[0] != want:
         sys.exit(1)
 PYEOF
 }
@@ -45,6 +45,11 @@ if ! have mmengine==0.10.7 mmdet==3.3.0 e2cnn==0.2.3 pytest==8.4.2 hypothesis==6
   "${PIP[@]}" -c "$CONSTRAINTS" mmengine==0.10.7 mmdet==3.3.0 e2cnn==0.2.3 \
     pytest==8.4.2 hypothesis==6.155.2 shapely opencv-python-headless matplotlib scipy tqdm
 fi
-echo "[install] building redet_plugin (C++ ops$( [ "${FORCE_CUDA:-0}" = 1 ] && echo ' + CUDA'))"
-MAX_JOBS="${MAX_JOBS:-2}" "${PIP[@]}" -c "$CONSTRAINTS" --no-build-isolation --no-deps -e "$ROOT"
+# Rebuild only when the plugin is not installed here or a source is newer than the built library.
+SO=$(ls "$ROOT"/redet_plugin/_C*.so 2>/dev/null | head -1 || true)
+INSTALLED=$(cd /tmp && "$PY" -c "import redet_plugin, os; print(os.path.dirname(os.path.dirname(redet_plugin.__file__)))" 2>/dev/null || true)
+if [ -z "$SO" ] || [ "$INSTALLED" != "$ROOT" ] || [ -n "$(find "$ROOT/csrc" "$ROOT/setup.py" -newer "$SO" -print -quit)" ]; then
+  echo "[install] building redet_plugin (C++ ops$( [ "${FORCE_CUDA:-0}" = 1 ] && echo ' + CUDA'))"
+  MAX_JOBS="${MAX_JOBS:-2}" "${PIP[@]}" -c "$CONSTRAINTS" --no-build-isolation --use-pep517 --no-deps -e "$ROOT"
+fi
 "$PY" -c "import redet_plugin, torch; print('[install] ok: redet_plugin', redet_plugin.__version__, 'torch', torch.__version__)"

@@ -10,8 +10,7 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import (forbid_double_backward, output_size_pair, positive_float,
-                      rois_with_batch_index)
+from ._common import output_size_pair, positive_float, rois_with_batch_index
 
 OP = "roi_pool"
 
@@ -39,10 +38,21 @@ if _ext.is_loaded():
                                                             *ctx.input_shape)
         return grad_input, None, None, None, None
 
+    def _setup_backward_context(ctx, inputs, output):
+        _, rois, argmax, *_ = inputs
+        ctx.save_for_backward(rois, argmax)
+
+    def _double_backward(ctx, grad_grad_input):
+        # The backward is linear in grad_output: its own gradient gathers at the argmax pixels.
+        rois, argmax = ctx.saved_tensors
+        planes = grad_grad_input.flatten(2)[rois[:, 0].long()]  # (K, C, H * W)
+        index = argmax.clamp(min=0).flatten(2).long()
+        grad_grad_output = planes.gather(2, index).view_as(argmax) * (argmax >= 0)
+        return grad_grad_output, None, None, None, None, None, None
+
     torch.library.register_autograd("redet::roi_pool", _backward, setup_context=_setup_context)
-    torch.library.register_autograd(
-        "redet::_roi_pool_backward", forbid_double_backward(OP),
-        setup_context=lambda ctx, inputs, output: None)
+    torch.library.register_autograd("redet::_roi_pool_backward", _double_backward,
+                                    setup_context=_setup_backward_context)
 
 
 def roi_pool(input: torch.Tensor, rois: Union[torch.Tensor, List[torch.Tensor]],

@@ -2,8 +2,14 @@
 
 mmengine 0.10.7 saves its message hub (HistoryBuffer objects holding numpy arrays and scalars) in
 every checkpoint, and loads with plain torch.load; the weights-only unpickler refuses those
-classes, so `resume` and `load_from` fail. We allow exactly those classes, nothing broader.
+classes, so `resume` and `load_from` fail. We allow exactly the objects such checkpoints hold.
+
+`getattr` is among them: pickle protocol 2 stores HistoryBuffer's statistics functions
+(HistoryBuffer.min, ...) as getattr(HistoryBuffer, 'min'). The weights-only unpickler still refuses
+to call anything that is not allowlisted, so getattr can look attributes up but not run them.
 """
+import builtins
+
 import numpy as np
 import torch
 
@@ -25,4 +31,4 @@ def register_checkpoint_safe_globals() -> None:
     if add is None:  # torch < 2.4 loads everything anyway
         return
     from mmengine.logging.history_buffer import HistoryBuffer
-    add([HistoryBuffer, *_numpy_globals()])
+    add([HistoryBuffer, builtins.getattr, *_numpy_globals()])

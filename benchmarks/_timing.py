@@ -1,0 +1,53 @@
+"""GPU timing shared by the benchmarks: CUDA events around each call, warm-up first, L2 flushed
+before every timed call (a 256 MB write), median of many runs."""
+import json
+import statistics
+
+import torch
+
+_flush_buffer = None
+
+
+def flush_l2():
+    global _flush_buffer
+    if _flush_buffer is None:
+        _flush_buffer = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
+    _flush_buffer.fill_(1.0)
+
+
+def time_cuda(fn, repeats=60, warmup=5):
+    """Median milliseconds of fn() on the current CUDA stream."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        flush_l2()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def peak_extra_memory_mb(fn):
+    """Peak memory allocated by fn() beyond what was allocated before it, in MB."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def environment():
+    return dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                cuda=torch.version.cuda)
+
+
+def write_json(path, results):
+    with open(path, "w") as f:
+        json.dump(results, f, indent=2)
+    print(json.dumps(results, indent=2))

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: install the carried wheels, build with CUDA, run the CUDA tests,
+# compute-sanitizer over the sanitize_*.py drivers, then the benchmarks; logs and JSON go to $OUT.
+# Usage (from the repo root, on the device): bash benchmarks/device_run.sh "tests..." "benches..."
+set -uo pipefail
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+TESTS="${1:-tests/test_ops}"; BENCHES="${2:-}"; SANITIZE="${3:-}"
+export PYTHONUNBUFFERED=1
+source .devwheels/install_wheels.sh .devwheels > "$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; exit 1; }
+nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv >> "$OUT/setup.log"
+start=$(date +%s)
+FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1 \
+  || { tail -40 "$OUT/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+python3 -c "import redet_plugin, torch; from redet_plugin import _ext; print('with_cuda', _ext.with_cuda(), torch.cuda.get_device_name())"
+export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+timeout 900 python3 -m pytest -q -x -p no:cacheprovider $TESTS > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; tail -5 "$OUT/tests.log"
+for s in $SANITIZE; do
+  for tool in memcheck racecheck; do
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 "$s" > "$OUT/sanitize_$(basename $s .py)_$tool.log" 2>&1
+    echo "sanitize $s $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$(basename $s .py)_$tool.log" | tail -1)"
+  done
+done
+for b in $BENCHES; do
+  name=$(basename "$b" .py); timeout 600 python3 "$b" --out "$OUT/${name#bench_}.json" > "$OUT/${name}.log" 2>&1; echo "bench $b rc=$?"
+done

@@ -1,0 +1,268 @@
+"""RoIPool against the plain reference (tests/test_ops/_reference.py), torchvision's semantics."""
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from redet_plugin.ops import RoIPool, roi_pool
+from tests.test_ops._reference import roi_pool_backward_reference, roi_pool_reference
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def random_rois(num_rois, num_images, size, generator=None, dtype=torch.float32):
+    """Float boxes (batch, x1, y1, x2, y2) in image coordinates: some off the map, some malformed
+    (x2 < x1), some tiny."""
+    g = generator
+    batch = torch.randint(0, num_images, (num_rois, 1), generator=g).float()
+    xy1 = torch.rand(num_rois, 2, generator=g) * size * 1.2 - size * 0.1
+    wh = torch.rand(num_rois, 2, generator=g) * size * 0.8 - size * 0.1  # some negative
+    return torch.cat([batch, xy1, xy1 + wh], dim=1).to(dtype)
+
+
+def make_case(seed, dtype=torch.float32, n=2, c=3, h=13, w=17, k=9, scale=0.5):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, c, h, w, generator=g).to(dtype)
+    rois = random_rois(k, n, max(h, w) / scale, g, dtype)
+    return x, rois
+
+
+def tolerance(dtype):
+    return {torch.float16: 1e-3, torch.bfloat16: 1e-2, torch.float32: 1e-5}.get(dtype, 1e-10)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("output_size", [(2, 2), (3, 5), (7, 7)])
+def test_forward_and_backward_match_reference(dtype, output_size):
+    x, rois = make_case(1, dtype)
+    x.requires_grad_(True)
+    out = roi_pool(x, rois, output_size, spatial_scale=0.5)
+    ref, ref_arg = roi_pool_reference(x, rois, output_size, 0.5)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)  # max pooling copies values exactly
+    _, arg = torch.ops.redet.roi_pool(x, rois, 0.5, *output_size)
+    assert torch.equal(arg, ref_arg)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    ref_grad = roi_pool_backward_reference(grad, rois, ref_arg, x.shape)
+    torch.testing.assert_close(x.grad.double(), ref_grad, rtol=tolerance(dtype), atol=tolerance(dtype))
+
+
+def test_semantics_rounding_malformed_and_empty_bins():
+    x = torch.arange(2 * 1 * 6 * 6, dtype=torch.float32).reshape(2, 1, 6, 6)
+    rois = torch.tensor([[1, 0.4, 0.6, 2.5, 2.4],   # corners round to (0, 1, 3, 2)
+                         [0, 4.0, 4.0, 1.0, 1.0],   # malformed -> 1x1 at (4, 4)
+                         [0, 10.0, 10.0, 12.0, 12.0]])  # fully off the map -> empty bins
+    out, arg = torch.ops.redet.roi_pool(x, rois, 1.0, 1, 1)
+    assert out[0, 0, 0, 0].item() == x[1, 0, 2, 3].item()
+    assert out[1, 0, 0, 0].item() == x[0, 0, 4, 4].item() and arg[1, 0, 0, 0].item() == 4 * 6 + 4
+    assert out[2].abs().sum().item() == 0 and (arg[2] == -1).all()
+    x.requires_grad_(True)
+    roi_pool(x, rois[2:], 1).sum().backward()
+    assert x.grad.abs().sum().item() == 0  # empty bins pass no gradient (mmcv sends it to (0, 0))
+
+
+def test_list_of_boxes_equals_tensor_form_and_module():
+    x, rois = make_case(2)
+    boxes = [rois[rois[:, 0] == i, 1:] for i in range(2)]
+    ordered = torch.cat([rois[rois[:, 0] == i] for i in range(2)])
+    module = RoIPool((3, 3), 0.5)
+    assert module.output_size == (3, 3) and "output_size=(3, 3)" in repr(module)
+    torch.testing.assert_close(module(x, boxes), roi_pool(x, ordered, 3, 0.5))
+
+
+def test_non_contiguous_inputs():
+    x, rois = make_case(3, c=4)
+    x_nc = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # channels-last strides
+    rois_nc = rois.new_zeros(rois.shape[0], 10)[:, ::2].copy_(rois)
+    assert not x_nc.is_contiguous() and not rois_nc.is_contiguous()
+    x_nc.requires_grad_(True)
+    out = roi_pool(x_nc, rois_nc, 4, 0.5)
+    torch.testing.assert_close(out, roi_pool(x, rois, 4, 0.5))
+    grad = torch.randn(out.shape[::-1]).permute(3, 2, 1, 0)  # non-contiguous grad_output
+    out.backward(grad)
+    _, arg = roi_pool_reference(x, rois, (4, 4), 0.5)
+    torch.testing.assert_close(x_nc.grad.double(), roi_pool_backward_reference(grad, rois, arg, x.shape),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_no_rois_gives_empty_output_and_zero_grad():
+    x = torch.randn(1, 3, 5, 5, requires_grad=True)
+    out = roi_pool(x, torch.zeros(0, 5), 2)
+    assert out.shape == (0, 3, 2, 2)
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+
+
+def test_gradcheck_float64():
+    x, rois = make_case(4, torch.float64, c=2, h=7, w=8, k=5)
+    x.requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda inp: roi_pool(inp, rois, (3, 2), 0.5), (x,))
+
+
+def test_double_backward_gradgradcheck():
+    x, rois = make_case(5, torch.float64, c=2, h=7, w=8, k=5)
+    x.requires_grad_(True)
+    assert torch.autograd.gradgradcheck(lambda inp: roi_pool(inp, rois, (3, 2), 0.5), (x,))
+
+
+def test_rois_requiring_grad_only_does_not_crash():
+    x, rois = make_case(6)
+    rois.requires_grad_(True)
+    out = roi_pool(x, rois, 2, 0.5)
+    assert out.requires_grad is False or out.grad_fn is not None
+
+
+def test_opcheck():
+    x, rois = make_case(7, c=2)
+    x.requires_grad_(True)
+    torch.library.opcheck(torch.ops.redet.roi_pool.default, (x, rois, 0.5, 3, 3))
+    grad = torch.randn(rois.shape[0], 2, 3, 3)
+    _, arg = torch.ops.redet.roi_pool(x, rois, 0.5, 3, 3)
+    torch.library.opcheck(torch.ops.redet._roi_pool_backward.default, (grad, rois, arg, *x.shape))
+
+
+def test_torch_compile_fullgraph():
+    x, rois = make_case(8)
+    compiled = torch.compile(lambda a, b: roi_pool(a, b, 3, 0.5) * 2, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x, rois), roi_pool(x, rois, 3, 0.5) * 2)
+
+
+def test_backward_is_deterministic():
+    x, rois = make_case(9, k=64, c=8)
+    grads = []
+    with DeterministicMode():
+        for _ in range(3):
+            xi = x.clone().requires_grad_(True)
+            roi_pool(xi, rois, 7, 0.5).backward(torch.ones(64, 8, 7, 7))
+            grads.append(xi.grad)
+    assert all(torch.equal(grads[0], g) for g in grads[1:])
+
+
+class DeterministicMode:
+    def __enter__(self):
+        self.previous = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(True)
+
+    def __exit__(self, *exc):
+        torch.use_deterministic_algorithms(self.previous)
+
+
+@pytest.mark.parametrize("bad_rois, message", [
+    (torch.zeros(3, 4), r"rois must be a \(K, 5\) tensor"),
+    (torch.zeros(3, 5, 1), r"rois must be a \(K, 5\) tensor"),
+    ([torch.zeros(2, 5)], r"rois\[0\] must be a \(Ki, 4\)"),
+    ("boxes", "rois must be a tensor or a list"),
+    (torch.tensor([[2.0, 0, 0, 1, 1]]), r"batch indices in \[0, 2\).*row 0 has 2"),
+    (torch.tensor([[-1.0, 0, 0, 1, 1]]), r"batch indices in \[0, 2\)"),
+    (torch.tensor([[0.5, 0, 0, 1, 1]]), r"integer batch indices"),
+    (torch.tensor([[0, float("nan"), 0, 1, 1]]), "NaN or infinite"),
+    (torch.tensor([[0, 0, 0, float("inf"), 1]]), "NaN or infinite"),
+    (torch.zeros(1, 5, dtype=torch.float64), "same dtype as input"),
+])
+def test_bad_rois_are_named(bad_rois, message):
+    with pytest.raises((RuntimeError, ValueError, TypeError), match=message):
+        roi_pool(torch.randn(2, 3, 8, 8), bad_rois, 2)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(output_size=0), "output_size must be positive"),
+    (dict(output_size=(2, -1)), "output_size must be positive"),
+    (dict(output_size=2.5), "output_size must be an int"),
+    (dict(output_size=2, spatial_scale=0), "spatial_scale must be a positive"),
+    (dict(output_size=2, spatial_scale=float("nan")), "spatial_scale must be a positive"),
+])
+def test_bad_arguments_are_named(kwargs, message):
+    with pytest.raises((RuntimeError, ValueError, TypeError), match=message):
+        roi_pool(torch.randn(1, 3, 8, 8), torch.zeros(1, 5), **kwargs)
+
+
+def test_bad_input_tensor_is_named():
+    with pytest.raises(RuntimeError, match=r"input must be a 4-D"):
+        roi_pool(torch.randn(3, 8, 8), torch.zeros(1, 5), 2)
+    with pytest.raises(RuntimeError, match=r"input must be float16, bfloat16, float32 or float64"):
+        roi_pool(torch.zeros(1, 3, 8, 8, dtype=torch.int32), torch.zeros(1, 5, dtype=torch.int32), 2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 3), c=st.integers(1, 4), h=st.integers(1, 12), w=st.integers(1, 12),
+       k=st.integers(0, 6), ph=st.integers(1, 5), pw=st.integers(1, 5),
+       scale=st.sampled_from([0.25, 0.5, 1.0, 1.7]), seed=st.integers(0, 2**31 - 1))
+def test_fuzz_against_reference(n, c, h, w, k, ph, pw, scale, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, c, h, w, generator=g)
+    rois = random_rois(k, n, max(h, w) / scale, g)
+    out = roi_pool(x, rois, (ph, pw), scale)
+    ref, _ = roi_pool_reference(x, rois, (ph, pw), scale)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+
+
+# ---------------------------------- CUDA (run on the GPU machine) ----------------------------------
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_matches_cpu(dtype):
+    x, rois = make_case(10, dtype, c=16, h=30, w=40, k=50)
+    xc = x.cuda().requires_grad_(True)
+    x.requires_grad_(True)
+    out_cpu, out_cuda = roi_pool(x, rois, 7, 0.5), roi_pool(xc, rois.cuda(), 7, 0.5)
+    assert torch.equal(out_cuda.cpu(), out_cpu)
+    grad = torch.randn_like(out_cpu)
+    out_cpu.backward(grad)
+    out_cuda.backward(grad.cuda())
+    torch.testing.assert_close(xc.grad.cpu(), x.grad, rtol=tolerance(dtype), atol=tolerance(dtype))
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_cuda_identical_to_torchvision(dtype):
+    torchvision_ops = pytest.importorskip("torchvision.ops")
+    x, rois = make_case(11, dtype, c=16, h=30, w=40, k=200)
+    x = x.cuda()
+    rois = rois.cuda()
+    for output_size in [(7, 7), (3, 5)]:
+        a = x.clone().requires_grad_(True)
+        b = x.clone().requires_grad_(True)
+        ours = roi_pool(a, rois, output_size, 0.5)
+        theirs = torchvision_ops.roi_pool(b, rois, output_size, 0.5)
+        assert torch.equal(ours, theirs)
+        grad = torch.randn_like(ours)
+        ours.backward(grad)
+        theirs.backward(grad)
+        torch.testing.assert_close(a.grad, b.grad, rtol=tolerance(dtype), atol=tolerance(dtype))
+        _, ours_arg = torch.ops.redet.roi_pool(x, rois, 0.5, *output_size)
+        _, theirs_arg = torch.ops.torchvision.roi_pool(x, rois, 0.5, *output_size)
+        assert torch.equal(ours_arg, theirs_arg)
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_deterministic_backward_is_bitwise_repeatable(dtype):
+    x, rois = make_case(12, dtype, c=32, h=30, w=40, k=300)
+    x = x.cuda()
+    rois = rois.cuda()
+    grad = torch.randn(300, 32, 7, 7, device="cuda").to(dtype)
+    results = []
+    with DeterministicMode():
+        for _ in range(3):
+            xi = x.clone().requires_grad_(True)
+            roi_pool(xi, rois, 7, 0.5).backward(grad)
+            results.append(xi.grad)
+    assert all(torch.equal(results[0], r) for r in results[1:])
+    xi = x.clone().requires_grad_(True)
+    roi_pool(xi, rois, 7, 0.5).backward(grad)  # fast (atomic) path agrees to rounding
+    torch.testing.assert_close(results[0], xi.grad, rtol=tolerance(dtype), atol=tolerance(dtype))
+
+
+@CUDA
+def test_cuda_gradcheck_float64():
+    x, rois = make_case(13, torch.float64, c=2, h=7, w=8, k=5)
+    x = x.cuda().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda inp: roi_pool(inp, rois.cuda(), (3, 2), 0.5), (x,))
+
+
+@CUDA
+def test_cuda_errors_are_named():
+    x = torch.randn(2, 3, 8, 8, device="cuda")
+    with pytest.raises(RuntimeError, match="batch indices"):
+        roi_pool(x, torch.tensor([[5.0, 0, 0, 1, 1]], device="cuda"), 2)
+    with pytest.raises(RuntimeError, match="same device"):
+        roi_pool(x, torch.zeros(1, 5), 2)
