@@ -4,6 +4,7 @@
                          [--show-dir DIR] [--score-thr 0.3] [--cfg-options ...] [--launcher pytorch]
 """
 import argparse
+import json
 import os
 import os.path as osp
 import sys
@@ -21,7 +22,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Test (and evaluate) a rotated detector')
     parser.add_argument('config', help='config file')
     parser.add_argument('checkpoint', help='checkpoint file')
-    parser.add_argument('--work-dir', help='folder for the evaluation log and metrics')
+    parser.add_argument('--work-dir', help='folder for the evaluation log and '
+                        'test_metrics.json')
     parser.add_argument('--out', help='dump the raw predictions to this .pkl file')
     parser.add_argument('--show-dir', help='write pictures of the rotated detections here')
     parser.add_argument('--score-thr', type=float, default=0.3,
@@ -67,6 +69,9 @@ def main(argv=None):
         from mmdet.evaluation import DumpDetResults
         runner.test_evaluator.metrics.append(DumpDetResults(out_file_path=args.out))
     metrics = runner.test()
+    if runner.rank == 0:  # for scripts (tools/demo_main.py) and for the record
+        with open(osp.join(cfg.work_dir, 'test_metrics.json'), 'w') as f:
+            json.dump(metrics, f, indent=1)
     return metrics
 
 
