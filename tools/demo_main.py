@@ -45,7 +45,7 @@ def main(argv=None):
     work_dir = osp.abspath(args.work_dir)
 
     from redet_plugin.datasets.synthetic import ensure_synthetic_dota
-    sizes = dict(num_train=8, num_val=4, image_size=128) if args.quick else {}
+    sizes = dict(num_train=4, num_val=2, image_size=96) if args.quick else {}
     if ensure_synthetic_dota(data_root, progress=not args.quick, **sizes) is None:
         print(f'synthetic data set already in {data_root}')
     options = [f'{loader}.dataset.data_root={data_root}'
