@@ -15,6 +15,8 @@ def check_data_folders(cfg, loader_keys) -> None:
         if not loader:
             continue
         dataset = loader.dataset
+        if dataset.get('synthetic') is not None:  # SyntheticDOTADataset generates its folders
+            continue
         root = dataset.get('data_root') or ''
         folders = {'data_root': root} if root else {}
         if dataset.get('ann_file'):

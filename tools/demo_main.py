@@ -3,7 +3,8 @@
     python tools/demo_main.py [--work-dir work_dirs/demo] [--data-root data/synthetic_dota]
                               [--quick]
 
-1. generates the synthetic DOTA-format set under --data-root unless it is already there;
+1. generates the synthetic DOTA-format set (the config's parameters) under --data-root unless
+   it is already there;
 2. trains configs/redet/redet_re18_refpn_tiny_synthetic.py (tools/train.py; --resume auto, so a
    stopped run continues);
 3. evaluates the last checkpoint on the val split (tools/test.py): per-class table, mAP@0.5,
@@ -44,18 +45,27 @@ def main(argv=None):
     data_root = osp.abspath(args.data_root) + '/'
     work_dir = osp.abspath(args.work_dir)
 
+    from mmengine.config import Config
     from redet_plugin.datasets.synthetic import ensure_synthetic_dota
-    sizes = dict(num_train=4, num_val=2, image_size=96) if args.quick else {}
-    if ensure_synthetic_dota(data_root, progress=not args.quick, **sizes) is None:
-        print(f'synthetic data set already in {data_root}')
-    options = [f'{loader}.dataset.data_root={data_root}'
-               for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
+    synthetic = Config.fromfile(args.config).train_dataloader.dataset.get('synthetic')
+    if synthetic is None:
+        sys.exit(f'error: {args.config} does not train on the synthetic set '
+                 f'(train_dataloader.dataset.synthetic is not set)')
+    synthetic = dict(synthetic)
     if args.quick:
-        options += ['train_cfg.max_epochs=1', 'train_cfg.val_interval=1',
-                    'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
-                    'test_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False',
-                    'val_dataloader.persistent_workers=False',
-                    'test_dataloader.persistent_workers=False']
+        synthetic.update(num_train=4, num_val=2, image_size=96)
+    # the config's SyntheticDOTADataset would make it on first use too; with the same parameters
+    if ensure_synthetic_dota(data_root, progress=not args.quick, **synthetic) is None:
+        print(f'synthetic data set already in {data_root}')
+    options = []
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        options.append(f'{loader}.dataset.data_root={data_root}')
+        options += [f'{loader}.dataset.synthetic.{k}={v}' for k, v in synthetic.items()
+                    if k in ('num_train', 'num_val', 'image_size', 'seed')]
+        if args.quick:
+            options += [f'{loader}.num_workers=0', f'{loader}.persistent_workers=False']
+    if args.quick:
+        options += ['train_cfg.max_epochs=1', 'train_cfg.val_interval=1']
     options += args.cfg_options
 
     start = time.time()

@@ -1,5 +1,6 @@
-# A narrow ReResNet-18 + ReFPN ReDet for the synthetic set, sized to train on a 2-core CPU in
-# about 15 minutes (tools/demo_main.sh). Same architecture as the R50 model, smaller numbers.
+# A narrow ReResNet-18 + ReFPN ReDet for the synthetic set (generated under data_root on first
+# use), sized to train on a 2-core CPU in about 15 minutes (tools/demo_main.py).
+# Same architecture as the R50 model, smaller numbers.
 custom_imports = dict(imports=['redet_plugin'], allow_failed_imports=False)
 _base_ = [
     '../_base_/models/redet_re50_refpn.py',

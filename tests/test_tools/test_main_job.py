@@ -17,6 +17,8 @@ from ..test_models._standins import missing_parts, with_standins
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'configs/redet/redet_re18_refpn_tiny_synthetic.py')
 sys.path.insert(0, ROOT)
+# what demo_main.py --quick generates
+QUICK_SYNTHETIC = ('synthetic.num_train=4', 'synthetic.num_val=2', 'synthetic.image_size=96')
 
 
 @pytest.fixture(scope='module')
@@ -56,8 +58,8 @@ def test_resume_continues_after_the_last_finished_epoch(demo_run, config_file, t
     _, work_dir, data_root = demo_run
     resumed_dir = str(tmp_path / 'resumed')
     shutil.copytree(work_dir, resumed_dir)
-    options = [f'{k}.dataset.data_root={data_root}/' for k in ('train_dataloader',
-                                                              'val_dataloader')]
+    options = [f'{loader}.dataset.{key}' for loader in ('train_dataloader', 'val_dataloader')
+               for key in (f'data_root={data_root}/', *QUICK_SYNTHETIC)]
     result = subprocess.run(
         [sys.executable, 'tools/train.py', config_file, '--work-dir', resumed_dir, '--resume',
          '--cfg-options', 'train_cfg.max_epochs=2', 'train_cfg.val_interval=10',
@@ -88,7 +90,9 @@ def _dataset(config_file, data_root):
     from mmengine.registry import init_default_scope
     init_default_scope('mmdet')
     cfg = Config.fromfile(config_file)
-    return DATASETS.build(dict(cfg.train_dataloader.dataset, data_root=data_root + '/'))
+    dataset = dict(cfg.train_dataloader.dataset, type='DOTADataset', data_root=data_root + '/')
+    dataset.pop('synthetic', None)  # read the folder as it is, do not regenerate it
+    return DATASETS.build(dataset)
 
 
 def test_annotation_line_with_7_numbers_is_named(demo_run, config_file, tmp_path):
