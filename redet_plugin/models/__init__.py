@@ -1,4 +1,8 @@
-"""Models: backbones, necks, RoI heads, box coders, detectors (registered in mmdet's registries)."""
+"""Registers the model components in mmdet's registries (one import per subpackage or module)."""
+from . import backbones  # noqa: F401
+from . import necks  # noqa: F401
+from . import flow_projection  # noqa: F401
 from . import task_modules  # noqa: F401
 from . import roi_heads  # noqa: F401
 from . import detectors  # noqa: F401
+from .equivariant import convert_to_plain  # noqa: F401

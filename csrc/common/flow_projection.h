@@ -1,0 +1,152 @@
+// Depth-aware flow projection (DAIN), the per-pixel math shared by the CPU and CUDA kernels.
+//
+// A source pixel y with flow F(y) and weight w(y) = 1/depth(y) lands at p = y + G, G = t·F(y).
+// If p lies inside [0, W-1] x [0, H-1] it adds (−w·G, w) to (sum, count) at the four pixels
+// (L,T) (R,T) (L,B) (R,B), L = floor(p.x), R = min(L+1, W-1), T = floor(p.y), B = min(T+1, H-1),
+// with equal weights (at the border one pixel can get the same contribution twice).
+// Output = sum / count; pixels with count <= 0 are holes, optionally filled with the mean of the
+// nearest non-holes to the left, right, top and bottom. In the returned count a filled hole holds
+// −(number of directions that found a non-hole), which is what the fill's backward needs.
+// Accumulators are 4 values per pixel, pixel-major: (sum_x, sum_y, count, unused).
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include "common/macros.h"
+
+namespace redet {
+
+struct ProjectionCorners {
+  int left, right, top, bottom;
+};
+
+// False when p is outside the image or not finite (such a source pixel is dropped).
+template <typename acc_t>
+REDET_HOST_DEVICE bool project_pixel(int x, int y, acc_t gx, acc_t gy, int width, int height,
+                                     ProjectionCorners* c) {
+  const acc_t px = static_cast<acc_t>(x) + gx;
+  const acc_t py = static_cast<acc_t>(y) + gy;
+  if (!(px >= acc_t(0) && px <= static_cast<acc_t>(width - 1) && py >= acc_t(0) &&
+        py <= static_cast<acc_t>(height - 1))) {
+    return false;
+  }
+  c->left = static_cast<int>(px);  // px >= 0, so truncation is floor
+  c->top = static_cast<int>(py);
+  c->right = c->left + 1 < width ? c->left + 1 : width - 1;
+  c->bottom = c->top + 1 < height ? c->top + 1 : height - 1;
+  return true;
+}
+
+// The weight w from the depth input (which may already be 1/depth).
+template <typename acc_t>
+REDET_HOST_DEVICE acc_t projection_weight(acc_t depth, bool inverse_depth) {
+  return inverse_depth ? depth : acc_t(1) / depth;
+}
+
+// Output and count of one pixel from the accumulators. `acc.load(i, &sum_x, &sum_y, &count)`
+// reads pixel i (an index into the whole batch; the image starts at pixel `base`).
+template <typename calc_t, typename Reader>
+REDET_HOST_DEVICE void finalize_pixel(const Reader& acc, int64_t base, int x, int y, int width,
+                                      int height, bool fill_holes, calc_t* out_x, calc_t* out_y,
+                                      calc_t* count) {
+  calc_t sx, sy, c;
+  acc.load(base + static_cast<int64_t>(y) * width + x, &sx, &sy, &c);
+  if (c > calc_t(0)) {
+    *out_x = sx / c;
+    *out_y = sy / c;
+    *count = c;
+    return;
+  }
+  calc_t vx = 0, vy = 0;
+  int found = 0;
+  if (fill_holes) {
+    // The four directions in a fixed order (left, right, top, bottom): the sum is reproducible.
+    const int dx[4] = {-1, 1, 0, 0}, dy[4] = {0, 0, -1, 1};
+#pragma unroll
+    for (int d = 0; d < 4; ++d) {
+      int xx = x + dx[d], yy = y + dy[d];
+      while (xx >= 0 && xx < width && yy >= 0 && yy < height) {
+        acc.load(base + static_cast<int64_t>(yy) * width + xx, &sx, &sy, &c);
+        if (c > calc_t(0)) {
+          vx += sx / c;
+          vy += sy / c;
+          ++found;
+          break;
+        }
+        xx += dx[d];
+        yy += dy[d];
+      }
+    }
+  }
+  *out_x = found > 0 ? vx / static_cast<calc_t>(found) : calc_t(0);
+  *out_y = found > 0 ? vy / static_cast<calc_t>(found) : calc_t(0);
+  *count = -static_cast<calc_t>(found);
+}
+
+// Backward of the hole filling (its transpose): the gradient reaching non-hole pixel x through the
+// projection is its own grad plus grad(h)/n(h) of every hole h whose nearest non-hole in some
+// direction is x, i.e. of the run of holes next to x in each direction. Holes get 0.
+// `grad` and `count` point at the image's planes (grad_x plane, grad_y plane = grad + plane).
+template <typename acc_t, typename grad_t>
+REDET_HOST_DEVICE void fill_holes_transpose_pixel(const grad_t* grad, const acc_t* count,
+                                                  int64_t plane, int x, int y, int width,
+                                                  int height, acc_t* gx, acc_t* gy) {
+  const int64_t i = static_cast<int64_t>(y) * width + x;
+  if (!(count[i] > acc_t(0))) {
+    *gx = acc_t(0);
+    *gy = acc_t(0);
+    return;
+  }
+  acc_t ax = static_cast<acc_t>(grad[i]), ay = static_cast<acc_t>(grad[plane + i]);
+  const int dx[4] = {1, -1, 0, 0}, dy[4] = {0, 0, 1, -1};
+#pragma unroll
+  for (int d = 0; d < 4; ++d) {
+    int xx = x + dx[d], yy = y + dy[d];
+    while (xx >= 0 && xx < width && yy >= 0 && yy < height) {
+      const int64_t j = static_cast<int64_t>(yy) * width + xx;
+      const acc_t cj = count[j];
+      if (cj > acc_t(0)) break;
+      // cj = −n(h) with n(h) >= 1 here: h found x.
+      ax += static_cast<acc_t>(grad[j]) / -cj;
+      ay += static_cast<acc_t>(grad[plane + j]) / -cj;
+      xx += dx[d];
+      yy += dy[d];
+    }
+  }
+  *gx = ax;
+  *gy = ay;
+}
+
+// Gradient of the projected output with respect to one source pixel's flow (fx, fy) and weight w,
+// gathered from the (up to four) pixels it reached: d out(x)/d F(y) = −t·w/count(x) and
+// d out(x)/d w(y) = −(G + out(x))/count(x). `grad`, `out` have two planes, `count` one.
+template <typename acc_t, typename grad_t, typename out_t>
+REDET_HOST_DEVICE void source_gradient(int x, int y, int width, int height, acc_t t, acc_t fx,
+                                       acc_t fy, acc_t w, const grad_t* grad, const out_t* out,
+                                       const acc_t* count, int64_t plane, acc_t* grad_fx,
+                                       acc_t* grad_fy, acc_t* grad_w) {
+  const acc_t gx = t * fx, gy = t * fy;
+  ProjectionCorners c;
+  acc_t sx = 0, sy = 0, sw = 0;
+  if (project_pixel(x, y, gx, gy, width, height, &c)) {
+    const int xs[4] = {c.left, c.right, c.left, c.right};
+    const int ys[4] = {c.top, c.top, c.bottom, c.bottom};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int64_t j = static_cast<int64_t>(ys[k]) * width + xs[k];
+      const acc_t cj = count[j];
+      if (!(cj > acc_t(0))) continue;  // reached only by zero weights: no gradient
+      const acc_t inv = acc_t(1) / cj;
+      const acc_t ax = static_cast<acc_t>(grad[j]) * inv;
+      const acc_t ay = static_cast<acc_t>(grad[plane + j]) * inv;
+      sx += ax;
+      sy += ay;
+      sw -= ax * (gx + static_cast<acc_t>(out[j])) + ay * (gy + static_cast<acc_t>(out[plane + j]));
+    }
+  }
+  *grad_fx = -t * w * sx;
+  *grad_fy = -t * w * sy;
+  *grad_w = sw;
+}
+
+}  // namespace redet

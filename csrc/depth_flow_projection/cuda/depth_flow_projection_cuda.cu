@@ -1,0 +1,376 @@
+// Depth-aware flow projection on CUDA.
+// Forward: (1) scatter every source pixel into per-pixel accumulators (sum_x, sum_y, count, -),
+// one 16-byte float4 atomic per target on sm_90 (DAIN issues three scalar ones); in deterministic
+// mode into 64-bit fixed point with integer atomics instead (order-independent, bitwise
+// repeatable); (2) finalize: normalise and fill holes in one pass over the accumulators.
+// Backward: a gather per source pixel from the (up to four) pixels it reached, after the hole
+// filling's transpose when filling was on; no atomics, so it is deterministic.
+#include <ATen/OpMathType.h>
+#include <torch/library.h>
+
+#include "common/cuda_utils.cuh"
+#include "common/flow_projection.h"
+#include "depth_flow_projection/depth_flow_projection.h"
+
+namespace redet {
+namespace {
+
+// ---- scatter ------------------------------------------------------------------------------
+
+struct FloatAccumulator {
+  float* acc;
+  __device__ __forceinline__ void add(int64_t i, float vx, float vy, float w) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float4*>(acc + 4 * i), make_float4(vx, vy, w, 0.f));
+#else
+    atomicAdd(acc + 4 * i, vx);
+    atomicAdd(acc + 4 * i + 1, vy);
+    atomicAdd(acc + 4 * i + 2, w);
+#endif
+  }
+};
+
+struct DoubleAccumulator {
+  double* acc;
+  __device__ __forceinline__ void add(int64_t i, double vx, double vy, double w) const {
+    atomicAdd(acc + 4 * i, vx);
+    atomicAdd(acc + 4 * i + 1, vy);
+    atomicAdd(acc + 4 * i + 2, w);
+  }
+};
+
+// bound[0] bounds every pixel's count, bound[1] every pixel's |sum| (see fixed_point.h).
+struct FixedPointAccumulator {
+  long long* acc;
+  const double* bound;
+  __device__ __forceinline__ void add(int64_t i, double vx, double vy, double w) const {
+    const double sum_scale = fixed_point_scale(bound[1]);
+    atomic_add_fixed_point(acc + 4 * i, vx, sum_scale);
+    atomic_add_fixed_point(acc + 4 * i + 1, vy, sum_scale);
+    atomic_add_fixed_point(acc + 4 * i + 2, w, fixed_point_scale(bound[0]));
+  }
+};
+
+// Is this depth (or inverse depth) value acceptable? Mirrors check_depth_values().
+template <typename acc_t>
+__device__ __forceinline__ bool depth_is_valid(acc_t d, bool inverse_depth) {
+  return inverse_depth ? (d >= acc_t(0) && isfinite(d)) : d > acc_t(0);
+}
+
+// One source pixel per lane; the warp walks the pixels together (a warp-uniform loop), so lanes
+// can exchange targets. With smooth flow, lane k's right column of targets is lane k+1's left
+// column: lane k adds both contributions with one atomic and lane k+1 skips its own, which
+// halves the atomics. Merging only pre-sums additions to one address, so it is always exact.
+// `invalid_depth` (when not null) is set to 1 if any depth value is unacceptable.
+template <typename scalar_t, typename acc_t, typename Accumulator>
+__global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t* __restrict__ depth,
+                               int64_t batch, int height, int width, acc_t t, bool inverse_depth,
+                               Accumulator accumulator, int* __restrict__ invalid_depth) {
+  const int64_t plane = static_cast<int64_t>(height) * width;
+  const int64_t total = batch * plane;
+  const int lane = threadIdx.x & 31;
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t warp_start = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x - lane;
+       warp_start < total; warp_start += stride) {
+    const int64_t index = warp_start + lane;
+    int64_t top_left = -1, top_right = -1, bottom_left = -1, bottom_right = -1;
+    acc_t vx = 0, vy = 0, w = 0;
+    if (index < total) {
+      const int64_t b = index / plane, i = index - b * plane;
+      const int y = static_cast<int>(i / width);
+      const int x = static_cast<int>(i - static_cast<int64_t>(y) * width);
+      const acc_t d = static_cast<acc_t>(depth[index]);
+      if (invalid_depth != nullptr && !depth_is_valid(d, inverse_depth)) atomicOr(invalid_depth, 1);
+      const acc_t gx = t * static_cast<acc_t>(flow[b * 2 * plane + i]);
+      const acc_t gy = t * static_cast<acc_t>(flow[b * 2 * plane + plane + i]);
+      ProjectionCorners c;
+      if (project_pixel(x, y, gx, gy, width, height, &c)) {
+        w = projection_weight(d, inverse_depth);
+        vx = -w * gx;
+        vy = -w * gy;
+        const int64_t top = b * plane + static_cast<int64_t>(c.top) * width;
+        const int64_t bottom = b * plane + static_cast<int64_t>(c.bottom) * width;
+        top_left = top + c.left;
+        top_right = top + c.right;
+        bottom_left = bottom + c.left;
+        bottom_right = bottom + c.right;
+      }
+    }
+    constexpr unsigned kAll = 0xffffffffu;
+    const int64_t next_top_left = __shfl_down_sync(kAll, top_left, 1);
+    const int64_t next_bottom_left = __shfl_down_sync(kAll, bottom_left, 1);
+    const acc_t next_vx = __shfl_down_sync(kAll, vx, 1);
+    const acc_t next_vy = __shfl_down_sync(kAll, vy, 1);
+    const acc_t next_w = __shfl_down_sync(kAll, w, 1);
+    const int64_t prev_top_right = __shfl_up_sync(kAll, top_right, 1);
+    const int64_t prev_bottom_right = __shfl_up_sync(kAll, bottom_right, 1);
+    if (top_left < 0) continue;  // not projected
+    const bool take_next = lane < 31 && next_top_left == top_right && next_bottom_left == bottom_right;
+    const bool given_to_prev = lane > 0 && prev_top_right == top_left && prev_bottom_right == bottom_left;
+    if (!given_to_prev) {
+      accumulator.add(top_left, vx, vy, w);
+      accumulator.add(bottom_left, vx, vy, w);
+    }
+    const acc_t rx = take_next ? vx + next_vx : vx;
+    const acc_t ry = take_next ? vy + next_vy : vy;
+    const acc_t rw = take_next ? w + next_w : w;
+    accumulator.add(top_right, rx, ry, rw);
+    accumulator.add(bottom_right, rx, ry, rw);
+  }
+}
+
+// ---- finalize (normalise + fill holes) ----------------------------------------------------
+
+struct FloatReader {
+  const float* acc;
+  __device__ __forceinline__ void load(int64_t i, float* sx, float* sy, float* c) const {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(acc) + i);
+    *sx = v.x;
+    *sy = v.y;
+    *c = v.z;
+  }
+};
+
+struct DoubleReader {
+  const double* acc;
+  __device__ __forceinline__ void load(int64_t i, double* sx, double* sy, double* c) const {
+    *sx = acc[4 * i];
+    *sy = acc[4 * i + 1];
+    *c = acc[4 * i + 2];
+  }
+};
+
+struct FixedPointReader {
+  const long long* acc;
+  double sum_scale, count_scale;
+  __device__ __forceinline__ void load(int64_t i, double* sx, double* sy, double* c) const {
+    *sx = from_fixed_point(acc[4 * i], sum_scale);
+    *sy = from_fixed_point(acc[4 * i + 1], sum_scale);
+    *c = from_fixed_point(acc[4 * i + 2], count_scale);
+  }
+};
+
+// The float atomics path per accumulation type.
+template <typename acc_t>
+struct AtomicAccumulation;
+template <>
+struct AtomicAccumulation<float> {
+  using Accumulator = FloatAccumulator;
+  using Reader = FloatReader;
+};
+template <>
+struct AtomicAccumulation<double> {
+  using Accumulator = DoubleAccumulator;
+  using Reader = DoubleReader;
+};
+
+template <typename scalar_t, typename count_t, typename calc_t, typename Reader>
+__device__ __forceinline__ void finalize_all(const Reader& reader, int64_t batch, int height,
+                                             int width, bool fill_holes, scalar_t* __restrict__ out,
+                                             count_t* __restrict__ count) {
+  const int64_t plane = static_cast<int64_t>(height) * width;
+  REDET_CUDA_GRID_STRIDE(index, batch * plane) {
+    const int64_t b = index / plane, i = index - b * plane;
+    const int y = static_cast<int>(i / width), x = static_cast<int>(i - static_cast<int64_t>(y) * width);
+    calc_t ox, oy, c;
+    finalize_pixel(reader, b * plane, x, y, width, height, fill_holes, &ox, &oy, &c);
+    out[b * 2 * plane + i] = static_cast<scalar_t>(ox);
+    out[b * 2 * plane + plane + i] = static_cast<scalar_t>(oy);
+    count[index] = static_cast<count_t>(c);
+  }
+}
+
+template <typename scalar_t, typename acc_t, typename Reader>
+__global__ void finalize_kernel(Reader reader, int64_t batch, int height, int width,
+                                bool fill_holes, scalar_t* __restrict__ out, acc_t* __restrict__ count) {
+  finalize_all<scalar_t, acc_t, acc_t>(reader, batch, height, width, fill_holes, out, count);
+}
+
+template <typename scalar_t, typename count_t>
+__global__ void finalize_fixed_point_kernel(const long long* __restrict__ acc,
+                                            const double* __restrict__ bound, int64_t batch,
+                                            int height, int width, bool fill_holes,
+                                            scalar_t* __restrict__ out, count_t* __restrict__ count) {
+  const FixedPointReader reader{acc, fixed_point_scale(bound[1]), fixed_point_scale(bound[0])};
+  finalize_all<scalar_t, count_t, double>(reader, batch, height, width, fill_holes, out, count);
+}
+
+// ---- backward -----------------------------------------------------------------------------
+
+template <typename scalar_t, typename acc_t>
+__global__ void fill_holes_transpose_kernel(const scalar_t* __restrict__ grad,
+                                            const acc_t* __restrict__ count, int64_t batch,
+                                            int height, int width, acc_t* __restrict__ grad_projected) {
+  const int64_t plane = static_cast<int64_t>(height) * width;
+  REDET_CUDA_GRID_STRIDE(index, batch * plane) {
+    const int64_t b = index / plane, i = index - b * plane;
+    const int y = static_cast<int>(i / width), x = static_cast<int>(i - static_cast<int64_t>(y) * width);
+    acc_t* gp = grad_projected + b * 2 * plane + i;
+    fill_holes_transpose_pixel(grad + b * 2 * plane, count + b * plane, plane, x, y, width, height,
+                               gp, gp + plane);
+  }
+}
+
+template <typename scalar_t, typename acc_t, typename grad_t>
+__global__ void source_gradient_kernel(const grad_t* __restrict__ grad,
+                                       const scalar_t* __restrict__ flow,
+                                       const scalar_t* __restrict__ depth,
+                                       const scalar_t* __restrict__ out,
+                                       const acc_t* __restrict__ count, int64_t batch, int height,
+                                       int width, acc_t t, bool inverse_depth,
+                                       scalar_t* __restrict__ grad_flow,
+                                       scalar_t* __restrict__ grad_depth) {
+  const int64_t plane = static_cast<int64_t>(height) * width;
+  REDET_CUDA_GRID_STRIDE(index, batch * plane) {
+    const int64_t b = index / plane, i = index - b * plane;
+    const int y = static_cast<int>(i / width), x = static_cast<int>(i - static_cast<int64_t>(y) * width);
+    const int64_t fi = b * 2 * plane + i;
+    const acc_t w = projection_weight(static_cast<acc_t>(depth[index]), inverse_depth);
+    acc_t gfx, gfy, gw;
+    source_gradient(x, y, width, height, t, static_cast<acc_t>(flow[fi]),
+                    static_cast<acc_t>(flow[fi + plane]), w, grad + b * 2 * plane,
+                    out + b * 2 * plane, count + b * plane, plane, &gfx, &gfy, &gw);
+    grad_flow[fi] = static_cast<scalar_t>(gfx);
+    grad_flow[fi + plane] = static_cast<scalar_t>(gfy);
+    grad_depth[index] = static_cast<scalar_t>(inverse_depth ? gw : -gw * w * w);  // dw/dD = −w²
+  }
+}
+
+// ---- host ---------------------------------------------------------------------------------
+
+// Upper bounds of any pixel's count and |sum|, on the device: each source adds to a pixel at most
+// 4 times (the corner case), so 4·H·W·max(w) and that times t·max|F|.
+at::Tensor fixed_point_bounds(const at::Tensor& flow, const at::Tensor& depth, double t,
+                              bool inverse_depth) {
+  const double per_pixel = 4.0 * static_cast<double>(flow.size(2) * flow.size(3));
+  const auto d = depth.to(at::kDouble);
+  const auto w_max = inverse_depth ? d.amax() : d.amin().reciprocal();
+  const auto f = flow.to(at::kDouble).abs();
+  const auto f_max = at::where(at::isfinite(f), f, at::zeros_like(f)).amax();
+  const auto count_bound = w_max * per_pixel;
+  return at::stack({count_bound, count_bound * f_max * t});
+}
+
+// The accumulators get one extra pixel slot at the end; its first 4 bytes are the invalid-depth
+// flag (zeroed with them), so the depth check costs no extra kernel, only one read at the end.
+int* invalid_depth_flag(const at::Tensor& acc, int64_t pixels, bool check_depth) {
+  if (!check_depth) return nullptr;
+  return reinterpret_cast<int*>(static_cast<char*>(acc.data_ptr()) + pixels * 4 * acc.element_size());
+}
+
+void raise_if_invalid_depth(const at::Tensor& acc, int64_t pixels, const at::Tensor& depth,
+                            bool inverse_depth, bool check_depth) {
+  if (!check_depth) return;
+  const auto flag = acc.flatten().slice(0, pixels * 4, pixels * 4 + 1).view(at::kInt)[0];
+  if (flag.item<int>() != 0) check_depth_values(depth, inverse_depth, "depth_flow_projection");
+}
+
+std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& flow_,
+                                                              const at::Tensor& depth_, double t,
+                                                              bool inverse_depth, bool fill_holes,
+                                                              bool check_depth) {
+  constexpr const char* op = "depth_flow_projection";
+  check_depth_flow_projection_args(flow_, depth_, t, op);
+  c10::cuda::CUDAGuard guard(flow_.device());
+  const auto flow = flow_.contiguous();
+  const auto depth = depth_.contiguous();
+  const int64_t batch = flow.size(0);
+  const int height = flow.size(2), width = flow.size(3);
+  const int64_t n = batch * height * width;
+  const auto acc_type = flow_projection_acc_type(flow.scalar_type());
+  auto output = at::empty_like(flow, at::MemoryFormat::Contiguous);
+  auto count = at::empty({batch, 1, height, width}, flow.options().dtype(acc_type));
+  if (n == 0) return {output, count};
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const int blocks = blocks_for(n);
+
+  if (at::globalContext().deterministicAlgorithms()) {
+    auto acc = at::zeros({n + 1, 4}, flow.options().dtype(at::kLong));
+    const auto bound = fixed_point_bounds(flow, depth, t, inverse_depth);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_det", [&] {
+      using acc_t = at::opmath_type<scalar_t>;
+      long long* a = reinterpret_cast<long long*>(acc.data_ptr<int64_t>());
+      scatter_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
+          flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), batch, height, width,
+          static_cast<acc_t>(t), inverse_depth, FixedPointAccumulator{a, bound.data_ptr<double>()},
+          invalid_depth_flag(acc, n, check_depth));
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      finalize_fixed_point_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
+          a, bound.data_ptr<double>(), batch, height, width, fill_holes,
+          output.data_ptr<scalar_t>(), count.data_ptr<acc_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+    raise_if_invalid_depth(acc, n, depth, inverse_depth, check_depth);
+    return {output, count};
+  }
+
+  auto acc = at::zeros({n + 1, 4}, flow.options().dtype(acc_type));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    using Atomics = AtomicAccumulation<acc_t>;
+    acc_t* a = acc.data_ptr<acc_t>();
+    scatter_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
+        flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), batch, height, width,
+        static_cast<acc_t>(t), inverse_depth, typename Atomics::Accumulator{a},
+        invalid_depth_flag(acc, n, check_depth));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    finalize_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
+        typename Atomics::Reader{a}, batch, height, width, fill_holes, output.data_ptr<scalar_t>(),
+        count.data_ptr<acc_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  raise_if_invalid_depth(acc, n, depth, inverse_depth, check_depth);
+  return {output, count};
+}
+
+std::tuple<at::Tensor, at::Tensor> depth_flow_projection_backward_cuda(
+    const at::Tensor& grad_, const at::Tensor& flow_, const at::Tensor& depth_,
+    const at::Tensor& output_, const at::Tensor& count_, double t, bool inverse_depth,
+    bool fill_holes) {
+  check_depth_flow_projection_backward_args(grad_, flow_, depth_, output_, count_, t);
+  c10::cuda::CUDAGuard guard(flow_.device());
+  const auto grad = grad_.contiguous();  // DAIN reads a non-contiguous grad_output wrongly
+  const auto flow = flow_.contiguous();
+  const auto depth = depth_.contiguous();
+  const auto output = output_.contiguous();
+  const auto count = count_.contiguous();
+  const int64_t batch = flow.size(0);
+  const int height = flow.size(2), width = flow.size(3);
+  const int64_t n = batch * height * width;
+  auto grad_flow = at::empty_like(flow, at::MemoryFormat::Contiguous);
+  auto grad_depth = at::empty_like(depth, at::MemoryFormat::Contiguous);
+  if (n == 0) return {grad_flow, grad_depth};
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const int blocks = blocks_for(n);
+  const auto acc_type = flow_projection_acc_type(flow.scalar_type());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_backward_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    auto gather = [&](const auto* g) {
+      source_gradient_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
+          g, flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), output.data_ptr<scalar_t>(),
+          count.data_ptr<acc_t>(), batch, height, width, static_cast<acc_t>(t), inverse_depth,
+          grad_flow.data_ptr<scalar_t>(), grad_depth.data_ptr<scalar_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    if (fill_holes) {
+      auto grad_projected = at::empty(flow.sizes(), flow.options().dtype(acc_type));
+      fill_holes_transpose_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
+          grad.data_ptr<scalar_t>(), count.data_ptr<acc_t>(), batch, height, width,
+          grad_projected.data_ptr<acc_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      gather(static_cast<const acc_t*>(grad_projected.data_ptr<acc_t>()));
+    } else {
+      gather(static_cast<const scalar_t*>(grad.data_ptr<scalar_t>()));
+    }
+  });
+  return {grad_flow, grad_depth};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(redet, CUDA, m) {
+  m.impl("depth_flow_projection", &depth_flow_projection_cuda);
+  m.impl("_depth_flow_projection_backward", &depth_flow_projection_backward_cuda);
+}
+
+}  // namespace redet

@@ -1,0 +1,121 @@
+"""Depth-aware flow projection (DAIN) with correct gradients, on CPU and CUDA.
+
+Schema and kernels: csrc/depth_flow_projection/; per-pixel math: csrc/common/flow_projection.h.
+From the flow F0->1 (B, 2, H, W) and the depth D0 (B, 1, H, W) it estimates F_t->0: each pixel y
+lands at p = y + t*F(y) and, if p is inside the image, adds -t*F(y) with weight 1/D(y) to the four
+integer pixels around p (equal weights, as DAIN; at the image border one pixel may get the same
+contribution twice). Each pixel's output is the weighted mean; pixels nothing reached are holes,
+filled (when `fill_holes`) with the mean of the nearest non-holes to the left, right, top and
+bottom (0 if there are none). Filling is linear in the projected values, so gradients pass through
+it and it can be used in training. Gradients flow to `flow` and to the depth; unlike DAIN's
+kernel, the depth gradient is right: d out(x)/d w(y) = -(t*F(y) + out(x)) / count(x).
+
+Conventions:
+- t = 0: every pixel stays where it is and contributes -0*F, so the result is all zeros, without
+  holes, and the gradients are zero.
+- A pixel whose flow is NaN/inf lands nowhere and is dropped (like one pushed off the image).
+- depth must be > 0 (NaN is an error; +inf gives weight 0); `inverse_depth` (1/D0, what DAIN
+  passes) must be finite and >= 0; a pixel reached only by weight 0 is a hole. The values are
+  checked unless `check_depth=False` (the check costs one host synchronisation on CUDA).
+- float16/bfloat16 inputs are accumulated in float32. Under
+  torch.use_deterministic_algorithms(True) the CUDA forward uses order-independent 64-bit
+  fixed-point sums; the CPU kernels and the CUDA backward (a gather) are deterministic anyway.
+"""
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .. import _ext
+from ._common import forbid_double_backward
+
+OP = "depth_flow_projection"
+
+if _ext.is_loaded():
+    @torch.library.register_fake("redet::depth_flow_projection")
+    def _projection_fake(flow, depth, t, inverse_depth=False, fill_holes=True, check_depth=True):
+        torch._check(flow.dim() == 4 and flow.shape[1] == 2,
+                     lambda: f"{OP}: flow must have shape (B, 2, H, W), got {tuple(flow.shape)}")
+        count_dtype = torch.float64 if flow.dtype == torch.float64 else torch.float32
+        b, _, h, w = flow.shape
+        return torch.empty_like(flow, memory_format=torch.contiguous_format), \
+            flow.new_empty((b, 1, h, w), dtype=count_dtype)
+
+    @torch.library.register_fake("redet::_depth_flow_projection_backward")
+    def _projection_backward_fake(grad, flow, depth, output, count, t, inverse_depth, fill_holes):
+        return (torch.empty_like(flow, memory_format=torch.contiguous_format),
+                torch.empty_like(depth, memory_format=torch.contiguous_format))
+
+    def _setup_context(ctx, inputs, output):
+        flow, depth, t, inverse_depth, fill_holes, _check = inputs
+        projected, count = output
+        ctx.mark_non_differentiable(count)
+        ctx.save_for_backward(flow, depth, projected, count)
+        ctx.args = (t, inverse_depth, fill_holes)
+
+    def _backward(ctx, grad_output, _grad_count):
+        flow, depth, projected, count = ctx.saved_tensors
+        grad_flow = grad_depth = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            grad_flow, grad_depth = torch.ops.redet._depth_flow_projection_backward(
+                grad_output, flow, depth, projected, count, *ctx.args)
+        return grad_flow, grad_depth, None, None, None, None
+
+    torch.library.register_autograd("redet::depth_flow_projection", _backward,
+                                    setup_context=_setup_context)
+    torch.library.register_autograd(
+        "redet::_depth_flow_projection_backward", forbid_double_backward(OP),
+        setup_context=lambda ctx, inputs, output: None)
+
+
+def _time(t) -> float:
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        raise TypeError(f"{OP}: t must be a number in [0, 1], got {t!r}")
+    if not 0.0 <= float(t) <= 1.0:
+        raise ValueError(f"{OP}: t must be in [0, 1], got {t!r}")
+    return float(t)
+
+
+def depth_flow_projection(flow: torch.Tensor, depth: Optional[torch.Tensor] = None,
+                          t: float = 0.5, fill_holes: bool = True, *,
+                          inverse_depth: Optional[torch.Tensor] = None,
+                          check_depth: bool = True) -> torch.Tensor:
+    """Projects the flow F0->1 (B, 2, H, W) to F_t->0 (B, 2, H, W), weighting pixels by 1/depth.
+
+    Give exactly one of `depth` (D0, (B, 1, H, W), > 0) and `inverse_depth` (1/D0, >= 0).
+    """
+    if not isinstance(flow, torch.Tensor):
+        raise TypeError(f"{OP}: flow must be a tensor, got {type(flow).__name__}")
+    if (depth is None) == (inverse_depth is None):
+        raise ValueError(f"{OP}: give exactly one of depth and inverse_depth")
+    given = depth if depth is not None else inverse_depth
+    name = "depth" if depth is not None else "inverse_depth"
+    if not isinstance(given, torch.Tensor):
+        raise TypeError(f"{OP}: {name} must be a tensor, got {type(given).__name__}")
+    if not isinstance(fill_holes, bool):
+        raise TypeError(f"{OP}: fill_holes must be a bool, got {fill_holes!r}")
+    _ext.require(OP, flow, given)
+    output, _ = torch.ops.redet.depth_flow_projection(flow, given, _time(t), inverse_depth is not None,
+                                                      fill_holes, bool(check_depth))
+    return output
+
+
+class DepthFlowProjection(nn.Module):
+    """nn.Module form of :func:`depth_flow_projection` (registered in mmdet's MODELS as
+    'DepthFlowProjection'). forward(flow, depth) or forward(flow, inverse_depth=...)."""
+
+    def __init__(self, t: float = 0.5, fill_holes: bool = True, check_depth: bool = True):
+        super().__init__()
+        self.t = _time(t)
+        if not isinstance(fill_holes, bool):
+            raise TypeError(f"{OP}: fill_holes must be a bool, got {fill_holes!r}")
+        self.fill_holes = fill_holes
+        self.check_depth = bool(check_depth)
+
+    def forward(self, flow: torch.Tensor, depth: Optional[torch.Tensor] = None, *,
+                inverse_depth: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return depth_flow_projection(flow, depth, self.t, self.fill_holes,
+                                     inverse_depth=inverse_depth, check_depth=self.check_depth)
+
+    def extra_repr(self) -> str:
+        return f"t={self.t}, fill_holes={self.fill_holes}"
