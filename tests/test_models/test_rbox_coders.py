@@ -104,3 +104,11 @@ def test_rescale_rboxes_uniform_scale_and_enclosing_hbox():
     hbox = rbox_to_enclosing_hbox(boxes)
     for box, h in zip(boxes, hbox):
         assert torch.allclose(torch.tensor(polygon(box).bounds, dtype=h.dtype), h, atol=1e-6)
+
+
+def test_decode_of_half_precision_deltas_is_float32():
+    coder = TASK_UTILS.build(dict(type='DeltaXYWHTRBBoxCoder'))
+    priors = random_rboxes(6, 5).float() + torch.tensor([900., 900., 0, 0, 0])
+    boxes = coder.decode(priors.half(), torch.zeros(6, 5, dtype=torch.half))
+    assert boxes.dtype == torch.float32
+    assert torch.allclose(boxes[:, :2], priors[:, :2], atol=0.01)

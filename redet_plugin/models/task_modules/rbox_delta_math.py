@@ -46,11 +46,14 @@ def decode_rbox_deltas(priors: Tensor, deltas: Tensor, means: Sequence[float],
                        stds: Sequence[float], norm_factor: Optional[float], proj_xy: bool,
                        wh_ratio_clip: float) -> Tensor:
     """Inverse of encode_rbox_deltas; returns le90 boxes. deltas may hold several boxes per
-    prior: (N, 5 * k) with priors (N, 5)."""
+    prior: (N, 5 * k) with priors (N, 5). Computed in at least float32 (under AMP the deltas
+    come in float16, too coarse for image coordinates)."""
     num = priors.shape[0]
-    deltas = deltas.reshape(num, -1, 5) * deltas.new_tensor(stds) + deltas.new_tensor(means)
+    dtype = torch.promote_types(deltas.dtype, torch.float32)
+    deltas = deltas.to(dtype).reshape(num, -1, 5)
+    deltas = deltas * deltas.new_tensor(stds) + deltas.new_tensor(means)
     dx, dy, dw, dh, dt = deltas.unbind(-1)
-    px, py, pw, ph, pt = (v[:, None] for v in priors.to(deltas.dtype).unbind(-1))
+    px, py, pw, ph, pt = (v[:, None] for v in priors.to(dtype).unbind(-1))
     max_log_ratio = abs(math.log(wh_ratio_clip))
     dw, dh = dw.clamp(-max_log_ratio, max_log_ratio), dh.clamp(-max_log_ratio, max_log_ratio)
     if proj_xy:
