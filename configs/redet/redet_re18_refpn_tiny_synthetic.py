@@ -74,14 +74,15 @@ model = dict(
         rpn=dict(nms_pre=1000, max_per_img=300),
         rcnn=dict(nms_pre=1000, max_per_img=100)))
 
-# from scratch (no ImageNet weights for a narrow equivariant net): AdamW, short warm-up
-max_epochs = 6
+# from scratch (no ImageNet weights for a narrow equivariant net): AdamW, short warm-up;
+# batch 4 (the data set's default), 100 iterations per epoch
+max_epochs = 12
 train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=max_epochs, val_interval=max_epochs)
 val_cfg = dict(type='ValLoop')
 test_cfg = dict(type='TestLoop')
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=100),
-    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[5], gamma=0.1)
+    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[9, 11], gamma=0.1)
 ]
 optim_wrapper = dict(
     type='OptimWrapper',
