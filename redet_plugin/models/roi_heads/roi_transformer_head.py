@@ -25,9 +25,8 @@ from .rotated_bbox_head import empty_rotated_results
 
 
 def _with_boxes(instances: InstanceData, boxes: Tensor) -> InstanceData:
-    view = instances.new()  # same fields (labels, ...) but these boxes
-    for key, value in instances.items():
-        view[key] = boxes if key == 'bboxes' else value
+    view = instances.new()  # a shallow copy: same labels and other fields
+    view.bboxes = boxes
     return view
 
 
