@@ -12,7 +12,6 @@ import torch
 from mmengine.config import Config
 
 import redet_plugin  # noqa: F401
-from ..test_models._standins import missing_parts, with_standins
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'configs/redet/redet_re18_refpn_tiny_synthetic.py')
@@ -22,16 +21,8 @@ QUICK_SYNTHETIC = ('synthetic.num_train=4', 'synthetic.num_val=2', 'synthetic.im
 
 
 @pytest.fixture(scope='module')
-def config_file(tmp_path_factory):
-    """The tiny config, with stand-ins for parts that other issues have not delivered yet."""
-    if not missing_parts():
-        return TINY
-    cfg = with_standins(Config.fromfile(TINY))
-    cfg.custom_imports = dict(imports=['redet_plugin', 'tests.test_models._standins'],
-                              allow_failed_imports=False)
-    path = str(tmp_path_factory.mktemp('cfg') / 'tiny_standin.py')
-    cfg.dump(path)
-    return path
+def config_file():
+    return TINY
 
 
 @pytest.fixture(scope='module')
