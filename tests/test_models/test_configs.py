@@ -5,7 +5,7 @@ import os.path as osp
 import pytest
 from mmdet.registry import (DATASETS, HOOKS, METRICS, MODELS, OPTIM_WRAPPERS, OPTIMIZERS,
                             PARAM_SCHEDULERS, TASK_UTILS, TRANSFORMS, VISUALIZERS, LOOPS,
-                            DATA_SAMPLERS, VISBACKENDS)
+                            DATA_SAMPLERS, VISBACKENDS, LOG_PROCESSORS)
 from mmengine.config import Config
 
 import redet_plugin  # noqa: F401
@@ -13,7 +13,8 @@ import redet_plugin  # noqa: F401
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs/redet/*.py')))
 REGISTRIES = (MODELS, TASK_UTILS, DATASETS, TRANSFORMS, METRICS, VISUALIZERS, HOOKS,
-              OPTIM_WRAPPERS, OPTIMIZERS, PARAM_SCHEDULERS, LOOPS, DATA_SAMPLERS, VISBACKENDS)
+              OPTIM_WRAPPERS, OPTIMIZERS, PARAM_SCHEDULERS, LOOPS, DATA_SAMPLERS, VISBACKENDS,
+              LOG_PROCESSORS)
 # roi layers that mmdet's extractors find in mmcv.ops rather than in a registry
 MMCV_OPS = {'RoIAlign', 'nms', 'nms_rotated'}
 
