@@ -11,9 +11,9 @@ import sys
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout
 
 from mmengine.config import Config, DictAction  # noqa: E402
-from mmengine.runner import Runner  # noqa: E402
+from mmengine.runner import Runner, find_latest_checkpoint  # noqa: E402
 
-from tools._common import check_data_folders, fail  # noqa: E402
+from tools._common import check_checkpoint_matches, check_data_folders, fail  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -62,6 +62,10 @@ def main(argv=None):
     cfg = build_config(args)
     check_data_folders(cfg, ('train_dataloader', 'val_dataloader'))
     runner = Runner.from_cfg(cfg)
+    resume_from = cfg.load_from if cfg.resume and cfg.load_from else (
+        find_latest_checkpoint(cfg.work_dir) if cfg.resume else None)
+    if resume_from:
+        check_checkpoint_matches(runner.model, resume_from)
     runner.train()
 
 
