@@ -7,6 +7,8 @@ _base_ = ['./redet_re50_refpn_1x_dota.py']
 custom_imports = dict(imports=['redet_plugin'], allow_failed_imports=False)
 
 data_root = 'data/synthetic_dota_1024/'
+# no ImageNet ReResNet weights here: train every stage (the published run freezes the pretrained stem)
+model = dict(backbone=dict(frozen_stages=-1))
 train_cfg = dict(max_epochs=2, val_interval=2)
 param_scheduler = [dict(type='LinearLR', start_factor=1.0 / 3, by_epoch=False, begin=0, end=100)]
 

@@ -16,7 +16,10 @@ model = dict(
         num_stages=4,
         out_indices=(0, 1, 2, 3),
         frozen_stages=1,
-        style='pytorch'),
+        style='pytorch',
+        # the published model starts from ImageNet-trained ReResNet-50 weights:
+        # init_cfg=dict(type='Pretrained', checkpoint='<re_resnet50_c8 checkpoint>')
+        ),
     neck=dict(
         type='ReFPN',
         in_channels=[256, 512, 1024, 2048],
