@@ -2,6 +2,8 @@
 or FORCE_CUDA=1. Honours TORCH_CUDA_ARCH_LIST and MAX_JOBS (torch's extension tools read them)."""
 import glob
 import os
+import subprocess
+import warnings
 
 from setuptools import find_packages, setup
 
@@ -36,10 +38,28 @@ def ext_modules():
                          extra_compile_args={"cxx": cxx})]
 
 
+def warn_if_libstdcxx_is_not_shared():
+    """Seen on a CUDA image whose CXX is a gcc wrapper (/opt/gcc/bin/g++): the extension was linked
+    without the shared libstdc++, and any C++ error message that formats a number then crashed the
+    process instead of raising. /usr/bin/g++ on the same machine built a working library."""
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        found = subprocess.run([cxx, "-print-file-name=libstdc++.so"], capture_output=True,
+                               text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return
+    if not os.path.isabs(found):
+        warnings.warn(f"redet_plugin: the C++ compiler {cxx!r} finds no shared libstdc++; the "
+                      "built library may crash on bad input instead of raising. Build with a "
+                      "system compiler, e.g. CXX=/usr/bin/g++ pip install --no-build-isolation -e .")
+
+
 def build_ext_class():
     from torch.utils.cpp_extension import BuildExtension
     return BuildExtension.with_options(use_ninja=True)
 
+
+warn_if_libstdcxx_is_not_shared()
 
 setup(
     name="redet_plugin",

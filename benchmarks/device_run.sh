@@ -8,8 +8,10 @@ TESTS="${1:-tests/test_ops}"; BENCHES="${2:-}"; SANITIZE="${3:-}"
 export PYTHONUNBUFFERED=1
 source .devwheels/install_wheels.sh .devwheels > "$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv >> "$OUT/setup.log"
+# The image's default CXX (/opt/gcc/bin/g++ wrapper) links no shared libstdc++: C++ errors then crash.
+[ -x /usr/bin/g++ ] && export CXX_OVERRIDE="${CXX_OVERRIDE:-/usr/bin/g++}"
 start=$(date +%s)
-FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1 \
+CXX="${CXX_OVERRIDE:-${CXX:-c++}}" FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1 \
   || { tail -40 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 python3 -c "import redet_plugin, torch; from redet_plugin import _ext; print('with_cuda', _ext.with_cuda(), torch.cuda.get_device_name())"

@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from redet_plugin.ops import (RiRoIAlignRotated, riroi_align_rotated,
                               riroi_align_rotated_multilevel)
+from tests._helpers import deterministic_mode
 from tests.test_ops._reference import riroi_align_rotated_reference as reference
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -18,6 +19,11 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 # rounding dominates; sums are accumulated in float32).
 FORWARD_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 BACKWARD_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+# CUDA vs CPU (and fixed-point vs float atomics) differ by summation order (relative slack), and
+# CUDA contracts the sample-coordinate arithmetic into FMAs: a sample that lands within an ulp of
+# the peer's (discontinuous) border rule can flip, so float32 gets a little absolute slack too.
+ORDER_RTOL = {torch.float64: 1e-7, torch.float32: 2e-5, torch.float16: 0, torch.bfloat16: 0}
+CUDA_FORWARD_ATOL = {**FORWARD_ATOL, torch.float32: 5e-5}
 
 
 def random_rois(num_rois, num_images, map_size, scale, generator, dtype=torch.float64):
@@ -422,15 +428,6 @@ def test_fuzz_against_reference(n, fields, nO, h, w, k, oh, ow, num_samples, sca
 
 
 # ---------------------------------- CUDA (run on the GPU machine) ----------------------------------
-class DeterministicMode:
-    def __enter__(self):
-        self.previous = torch.are_deterministic_algorithms_enabled()
-        torch.use_deterministic_algorithms(True)
-
-    def __exit__(self, *exc):
-        torch.use_deterministic_algorithms(self.previous)
-
-
 @CUDA
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("nO", [8, 4, 3])
@@ -441,12 +438,12 @@ def test_cuda_matches_cpu(dtype, nO):
                       legacy=legacy)
         xc, xg = x.clone().requires_grad_(True), x.cuda().requires_grad_(True)
         out_cpu, out_cuda = call(xc, rois, **kwargs), call(xg, rois.cuda(), **kwargs)
-        torch.testing.assert_close(out_cuda.cpu().double(), out_cpu.double(), rtol=0,
-                                   atol=FORWARD_ATOL[dtype])
+        torch.testing.assert_close(out_cuda.cpu().double(), out_cpu.double(), rtol=ORDER_RTOL[dtype],
+                                   atol=CUDA_FORWARD_ATOL[dtype])
         grad = torch.randn(out_cpu.shape, dtype=torch.float64).to(dtype)
         out_cpu.backward(grad)
         out_cuda.backward(grad.cuda())
-        torch.testing.assert_close(xg.grad.cpu().double(), xc.grad.double(), rtol=0,
+        torch.testing.assert_close(xg.grad.cpu().double(), xc.grad.double(), rtol=ORDER_RTOL[dtype],
                                    atol=BACKWARD_ATOL[dtype])
 
 
@@ -485,7 +482,7 @@ def test_cuda_deterministic_backward_is_bitwise_repeatable(dtype):
     x, rois = x.cuda(), rois.cuda()
     grad = torch.randn(300, 32, 7, 7, device="cuda").to(dtype)
     results = []
-    with DeterministicMode():
+    with deterministic_mode():
         for _ in range(3):
             xi = x.clone().requires_grad_(True)
             call(xi, rois, 7, num_samples=0).backward(grad)
@@ -493,7 +490,7 @@ def test_cuda_deterministic_backward_is_bitwise_repeatable(dtype):
     assert all(torch.equal(results[0], r) for r in results[1:])
     xi = x.clone().requires_grad_(True)
     call(xi, rois, 7, num_samples=0).backward(grad)  # fast (atomic) path agrees to rounding
-    torch.testing.assert_close(results[0].double(), xi.grad.double(), rtol=0,
+    torch.testing.assert_close(results[0].double(), xi.grad.double(), rtol=ORDER_RTOL[dtype],
                                atol=BACKWARD_ATOL[dtype])
 
 
@@ -504,8 +501,8 @@ def test_cuda_gradcheck_opcheck_and_compile():
     assert torch.autograd.gradcheck(lambda inp: call(inp, rois, (2, 3), nO=4), (x,))
     torch.library.opcheck(torch.ops.redet.riroi_align_rotated.default,
                           (x, rois, 0.5, 3, 2, 2, 4, True, False))
-    compiled = torch.compile(lambda a: call(a, rois, 3), fullgraph=True)
-    torch.testing.assert_close(compiled(x), call(x, rois, 3))
+    compiled = torch.compile(lambda a: call(a, rois, 3, nO=4), fullgraph=True)
+    torch.testing.assert_close(compiled(x), call(x, rois, 3, nO=4))
 
 
 @CUDA
@@ -542,4 +539,4 @@ def test_cuda_legacy_orientation_equals_mmcv(clockwise, dtype):
         fixed = riroi_align_rotated(x, rois, output_size, 0.25, num_samples, 8, clockwise)
         torch.testing.assert_close(fixed.cpu(), call(x.cpu(), rois.cpu(), output_size, 0.25,
                                                      num_samples, 8, clockwise),
-                                   rtol=0, atol=FORWARD_ATOL[dtype])
+                                   rtol=ORDER_RTOL[dtype], atol=FORWARD_ATOL[dtype])
