@@ -13,7 +13,7 @@ from mmdet.structures import SampleList
 from mmdet.structures.bbox import get_box_tensor
 from torch import Tensor
 
-from ..task_modules.rbox_geometry import rbox_to_enclosing_hbox
+from ...structures import rbox2hbox
 
 
 def _horizontal_rpn_samples(batch_data_samples: SampleList) -> SampleList:
@@ -26,7 +26,7 @@ def _horizontal_rpn_samples(batch_data_samples: SampleList) -> SampleList:
                 continue
             boxes = get_box_tensor(instances.bboxes)
             if boxes.size(-1) == 5:
-                instances.bboxes = rbox_to_enclosing_hbox(boxes)
+                instances.bboxes = rbox2hbox(boxes)
             if 'labels' in instances:
                 instances.labels = torch.zeros_like(instances.labels)
     return rpn_samples

@@ -20,7 +20,7 @@ from mmdet.structures.bbox import bbox2roi, get_box_tensor
 from mmengine.structures import InstanceData
 from torch import Tensor
 
-from ..task_modules.rbox_geometry import rbox_to_enclosing_hbox
+from ...structures import rbox2hbox
 from .rotated_bbox_head import empty_rotated_results
 
 
@@ -39,11 +39,11 @@ class RoITransformerRoIHead(CascadeRoIHead):
         results.priors = get_box_tensor(results.pop('bboxes'))
         horizontal_priors = results.priors.size(-1) == 4
         if horizontal_priors:
-            match_gt = _with_boxes(gt, rbox_to_enclosing_hbox(gt.bboxes))
+            match_gt = _with_boxes(gt, rbox2hbox(gt.bboxes))
             if gt_ignore is not None and 'bboxes' in gt_ignore:
                 ignored = get_box_tensor(gt_ignore.bboxes)
                 if ignored.size(-1) == 5:
-                    gt_ignore = _with_boxes(gt_ignore, rbox_to_enclosing_hbox(ignored))
+                    gt_ignore = _with_boxes(gt_ignore, rbox2hbox(ignored))
         else:
             match_gt = gt
         assign_result = self.bbox_assigner[stage].assign(results, match_gt, gt_ignore)

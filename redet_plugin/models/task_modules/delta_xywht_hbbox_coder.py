@@ -7,7 +7,7 @@ from mmdet.structures.bbox import get_box_tensor
 from torch import Tensor
 
 from .rbox_delta_math import decode_rbox_deltas, encode_rbox_deltas
-from .rbox_geometry import hbox_to_rbox
+from .rbox_geometry import hbox_as_prior
 
 
 @TASK_UTILS.register_module()
@@ -34,12 +34,12 @@ class DeltaXYWHTHBBoxCoder(BaseBBoxCoder):
     def encode(self, bboxes, gt_bboxes) -> Tensor:
         bboxes, gt_bboxes = get_box_tensor(bboxes), get_box_tensor(gt_bboxes)
         _check_shapes(bboxes, 4, gt_bboxes, 5)
-        return encode_rbox_deltas(hbox_to_rbox(bboxes), gt_bboxes, self.means, self.stds,
+        return encode_rbox_deltas(hbox_as_prior(bboxes), gt_bboxes, self.means, self.stds,
                                   self.norm_factor, self.edge_swap, proj_xy=False)
 
     def decode(self, bboxes, pred_bboxes: Tensor, max_shape=None, wh_ratio_clip=None) -> Tensor:
         bboxes = get_box_tensor(bboxes)
-        return decode_rbox_deltas(hbox_to_rbox(bboxes), pred_bboxes, self.means, self.stds,
+        return decode_rbox_deltas(hbox_as_prior(bboxes), pred_bboxes, self.means, self.stds,
                                   self.norm_factor, proj_xy=False,
                                   wh_ratio_clip=wh_ratio_clip or self.wh_ratio_clip)
 

@@ -14,13 +14,13 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from .rbox_geometry import to_le90, wrap_angle
+from ...structures import norm_angle, regularize_rboxes
 
 
 def encode_rbox_deltas(priors: Tensor, targets: Tensor, means: Sequence[float],
                        stds: Sequence[float], norm_factor: Optional[float], edge_swap: bool,
                        proj_xy: bool) -> Tensor:
-    priors, targets = priors.float(), to_le90(targets.float())
+    priors, targets = priors.float(), regularize_rboxes(targets.float())
     px, py, pw, ph, pt = priors.unbind(-1)
     gx, gy, gw, gh, gt = targets.unbind(-1)
     ox, oy = gx - px, gy - py
@@ -30,9 +30,9 @@ def encode_rbox_deltas(priors: Tensor, targets: Tensor, means: Sequence[float],
         dy = (-sin * ox + cos * oy) / ph
     else:
         dx, dy = ox / pw, oy / ph
-    dt = wrap_angle(gt - pt)
+    dt = norm_angle(gt - pt)
     if edge_swap:
-        dt_swapped = wrap_angle(gt - pt + math.pi / 2)
+        dt_swapped = norm_angle(gt - pt + math.pi / 2)
         use_swapped = dt_swapped.abs() < dt.abs()
         gw, gh = torch.where(use_swapped, gh, gw), torch.where(use_swapped, gw, gh)
         dt = torch.where(use_swapped, dt_swapped, dt)
@@ -65,4 +65,4 @@ def decode_rbox_deltas(priors: Tensor, deltas: Tensor, means: Sequence[float],
     if norm_factor:
         dt = dt * norm_factor * math.pi
     boxes = torch.stack([gx, gy, pw * dw.exp(), ph * dh.exp(), pt + dt], dim=-1)
-    return to_le90(boxes).reshape(num, -1)
+    return regularize_rboxes(boxes).reshape(num, -1)
