@@ -101,3 +101,10 @@ def test_rescale_rboxes_uniform_scale():
     scaled = rescale_rboxes(boxes, 2.0, 2.0)
     assert torch.allclose(scaled[:, :4], boxes[:, :4] * 2) and same_rectangles(
         torch.cat([scaled[:, :4] / 2, scaled[:, 4:]], 1), boxes)
+
+
+def test_rescale_rboxes_unequal_scales_on_axis_aligned_boxes():
+    boxes = torch.tensor([[10., 20., 8., 4., 0.], [10., 20., 8., 4., math.pi / 2]])
+    scaled = rescale_rboxes(boxes, 2.0, 3.0)
+    assert torch.allclose(scaled[0], torch.tensor([20., 60., 16., 12., 0.]))
+    assert torch.allclose(scaled[1], torch.tensor([20., 60., 24., 8., math.pi / 2]), atol=1e-5)
