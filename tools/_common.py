@@ -1,11 +1,28 @@
 """Helpers shared by tools/train.py and tools/test.py: clear errors before the Runner starts."""
+import os
 import os.path as osp
 import sys
+
+from mmengine.config import DictAction
 
 
 def fail(message: str) -> None:
     """Stops the tool with one readable line instead of a traceback."""
     sys.exit(f'error: {message}')
+
+
+def add_runner_args(parser) -> None:
+    """--cfg-options, --launcher and --local-rank, as mmdet's tools have them."""
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config entries, e.g. train_cfg.max_epochs=1')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+
+
+def parse_runner_args(parser, argv):
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
 
 
 def check_data_folders(cfg, loader_keys) -> None:

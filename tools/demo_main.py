@@ -14,7 +14,6 @@
 """
 import argparse
 import json
-import os
 import os.path as osp
 import subprocess
 import sys

@@ -5,16 +5,16 @@
 """
 import argparse
 import json
-import os
 import os.path as osp
 import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout
 
-from mmengine.config import Config, DictAction  # noqa: E402
+from mmengine.config import Config  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
 
-from tools._common import check_checkpoint_matches, check_data_folders, fail  # noqa: E402
+from tools._common import (add_runner_args, check_checkpoint_matches, check_data_folders,  # noqa: E402
+                           fail, parse_runner_args)
 from tools._progress_hook import ProgressBarHook  # noqa: E402
 
 
@@ -28,13 +28,8 @@ def parse_args(argv=None):
     parser.add_argument('--show-dir', help='write pictures of the rotated detections here')
     parser.add_argument('--score-thr', type=float, default=0.3,
                         help='lowest score drawn in the pictures')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config entries, e.g. test_dataloader.batch_size=4')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    add_runner_args(parser)
+    return parse_runner_args(parser, argv)
 
 
 def build_config(args) -> Config:

@@ -4,16 +4,16 @@
                           [--cfg-options key=value ...] [--launcher pytorch]
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout
 
-from mmengine.config import Config, DictAction  # noqa: E402
+from mmengine.config import Config  # noqa: E402
 from mmengine.runner import Runner, find_latest_checkpoint  # noqa: E402
 
-from tools._common import check_checkpoint_matches, check_data_folders, fail  # noqa: E402
+from tools._common import (add_runner_args, check_checkpoint_matches, check_data_folders,  # noqa: E402
+                           fail, parse_runner_args)
 
 
 def parse_args(argv=None):
@@ -25,13 +25,8 @@ def parse_args(argv=None):
                         help="resume training: 'auto' (or no value) = from the latest checkpoint "
                         'in the work dir; or a checkpoint path')
     parser.add_argument('--amp', action='store_true', help='mixed precision (AmpOptimWrapper)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config entries, e.g. train_cfg.max_epochs=1')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    add_runner_args(parser)
+    return parse_runner_args(parser, argv)
 
 
 def build_config(args) -> Config:

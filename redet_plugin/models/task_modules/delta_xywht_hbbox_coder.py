@@ -6,7 +6,7 @@ from mmdet.models.task_modules.coders.base_bbox_coder import BaseBBoxCoder
 from mmdet.structures.bbox import get_box_tensor
 from torch import Tensor
 
-from .rbox_delta_math import decode_rbox_deltas, encode_rbox_deltas
+from .rbox_delta_math import check_coder_args, decode_rbox_deltas, encode_rbox_deltas
 from .rbox_geometry import hbox_as_prior
 
 
@@ -23,11 +23,7 @@ class DeltaXYWHTHBBoxCoder(BaseBBoxCoder):
                  angle_version: str = 'le90', norm_factor: Optional[float] = 2.0,
                  edge_swap: bool = True, wh_ratio_clip: float = 16 / 1000, **kwargs):
         super().__init__(**kwargs)
-        if angle_version != 'le90':
-            raise ValueError(f"angle_version: only 'le90' is supported, got {angle_version!r}")
-        if len(target_means) != 5 or len(target_stds) != 5:
-            raise ValueError(f'target_means/target_stds: expected 5 values each, got '
-                             f'{len(target_means)} and {len(target_stds)}')
+        check_coder_args(angle_version, target_means, target_stds)
         self.means, self.stds = tuple(target_means), tuple(target_stds)
         self.norm_factor, self.edge_swap, self.wh_ratio_clip = norm_factor, edge_swap, wh_ratio_clip
 

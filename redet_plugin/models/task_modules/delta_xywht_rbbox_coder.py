@@ -7,7 +7,7 @@ from mmdet.structures.bbox import get_box_tensor
 from torch import Tensor
 
 from .delta_xywht_hbbox_coder import _check_shapes
-from .rbox_delta_math import decode_rbox_deltas, encode_rbox_deltas
+from .rbox_delta_math import check_coder_args, decode_rbox_deltas, encode_rbox_deltas
 
 
 @TASK_UTILS.register_module()
@@ -22,11 +22,7 @@ class DeltaXYWHTRBBoxCoder(BaseBBoxCoder):
                  edge_swap: bool = True, proj_xy: bool = True,
                  wh_ratio_clip: float = 16 / 1000, **kwargs):
         super().__init__(**kwargs)
-        if angle_version != 'le90':
-            raise ValueError(f"angle_version: only 'le90' is supported, got {angle_version!r}")
-        if len(target_means) != 5 or len(target_stds) != 5:
-            raise ValueError(f'target_means/target_stds: expected 5 values each, got '
-                             f'{len(target_means)} and {len(target_stds)}')
+        check_coder_args(angle_version, target_means, target_stds)
         self.means, self.stds = tuple(target_means), tuple(target_stds)
         self.norm_factor, self.edge_swap, self.proj_xy = norm_factor, edge_swap, proj_xy
         self.wh_ratio_clip = wh_ratio_clip

@@ -17,6 +17,16 @@ from torch import Tensor
 from ...structures import norm_angle, regularize_rboxes
 
 
+def check_coder_args(angle_version: str, target_means: Sequence[float],
+                     target_stds: Sequence[float]) -> None:
+    """The argument checks both rotated-box coders share."""
+    if angle_version != 'le90':
+        raise ValueError(f"angle_version: only 'le90' is supported, got {angle_version!r}")
+    if len(target_means) != 5 or len(target_stds) != 5:
+        raise ValueError(f'target_means/target_stds: expected 5 values each, got '
+                         f'{len(target_means)} and {len(target_stds)}')
+
+
 def encode_rbox_deltas(priors: Tensor, targets: Tensor, means: Sequence[float],
                        stds: Sequence[float], norm_factor: Optional[float], edge_swap: bool,
                        proj_xy: bool) -> Tensor:
