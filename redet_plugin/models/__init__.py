@@ -6,3 +6,5 @@ from .equivariant import convert_to_plain  # noqa: F401
 from . import roi_layers  # noqa: F401
 from . import roi_extractors  # noqa: F401
 from . import roi_heads  # noqa: F401
+from . import task_modules  # noqa: F401
+from . import detectors  # noqa: F401

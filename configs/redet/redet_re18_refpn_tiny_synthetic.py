@@ -1,0 +1,92 @@
+# A narrow ReResNet-18 + ReFPN ReDet for the synthetic set (generated under data_root on first
+# use), sized to train on a 2-core CPU in about 15 minutes (tools/demo_main.py).
+# Same architecture as the R50 model, smaller numbers.
+custom_imports = dict(imports=['redet_plugin'], allow_failed_imports=False)
+_base_ = [
+    '../_base_/models/redet_re50_refpn.py',
+    '../_base_/datasets/synthetic_dota.py',
+    '../_base_/default_runtime.py',
+]
+num_classes = 5
+width = 16  # channels of the first stage (2 fields x 8 orientations)
+neck_channels = 32
+
+model = dict(
+    backbone=dict(depth=18, base_channels=width, frozen_stages=-1),
+    neck=dict(in_channels=[width, width * 2, width * 4, width * 8], out_channels=neck_channels),
+    rpn_head=dict(
+        in_channels=neck_channels,
+        feat_channels=neck_channels,
+        # objects are 10-80 px: anchors of 16-256 px
+        anchor_generator=dict(scales=[4])),
+    roi_head=dict(
+        bbox_roi_extractor=[
+            dict(
+                type='HorizontalSingleRoIExtractor',
+                roi_layer=dict(type='RoIPool', output_size=7),
+                out_channels=neck_channels,
+                featmap_strides=[4, 8, 16, 32]),
+            dict(
+                type='RotatedSingleRoIExtractor',
+                roi_layer=dict(type='RiRoIAlignRotated', output_size=7, num_samples=2,
+                               num_orientations=8, clockwise=True),
+                out_channels=neck_channels,
+                featmap_strides=[4, 8, 16, 32]),
+        ],
+        bbox_head=[
+            dict(
+                type='RotatedShared2FCBBoxHead',
+                in_channels=neck_channels,
+                fc_out_channels=256,
+                num_classes=num_classes,
+                bbox_coder=dict(type='DeltaXYWHTHBBoxCoder', norm_factor=2, edge_swap=True,
+                                target_stds=[0.1, 0.1, 0.2, 0.2, 0.1]),
+                reg_class_agnostic=True),
+            dict(
+                type='RotatedShared2FCBBoxHead',
+                in_channels=neck_channels,
+                fc_out_channels=256,
+                num_classes=num_classes,
+                bbox_coder=dict(type='DeltaXYWHTRBBoxCoder', norm_factor=None, edge_swap=True,
+                                proj_xy=True, target_stds=[0.05, 0.05, 0.1, 0.1, 0.05]),
+                reg_class_agnostic=False),
+        ]),
+    train_cfg=dict(
+        rpn_proposal=dict(nms_pre=1000, max_per_img=300),
+        rcnn=[
+            dict(
+                assigner=dict(type='MaxIoUAssigner', pos_iou_thr=0.5, neg_iou_thr=0.5,
+                              min_pos_iou=0.5, match_low_quality=False, ignore_iof_thr=-1),
+                sampler=dict(type='RandomSampler', num=128, pos_fraction=0.25, neg_pos_ub=-1,
+                             add_gt_as_proposals=True),
+                pos_weight=-1,
+                debug=False),
+            dict(
+                assigner=dict(type='MaxIoUAssigner', pos_iou_thr=0.5, neg_iou_thr=0.5,
+                              min_pos_iou=0.5, match_low_quality=False, ignore_iof_thr=-1,
+                              iou_calculator=dict(type='RBboxOverlaps2D')),
+                sampler=dict(type='RandomSampler', num=128, pos_fraction=0.25, neg_pos_ub=-1,
+                             add_gt_as_proposals=True),
+                pos_weight=-1,
+                debug=False),
+        ]),
+    test_cfg=dict(
+        rpn=dict(nms_pre=1000, max_per_img=300),
+        rcnn=dict(nms_pre=1000, max_per_img=100)))
+
+# from scratch (no ImageNet weights for a narrow equivariant net): AdamW, short warm-up;
+# batch 4 (the data set's default), 100 iterations per epoch
+max_epochs = 12
+train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=max_epochs, val_interval=max_epochs)
+val_cfg = dict(type='ValLoop')
+test_cfg = dict(type='TestLoop')
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=100),
+    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[9, 11], gamma=0.1)
+]
+optim_wrapper = dict(
+    type='OptimWrapper',
+    optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
+    clip_grad=dict(max_norm=35, norm_type=2))
+
+default_hooks = dict(logger=dict(interval=20), checkpoint=dict(interval=1, max_keep_ckpts=2))

@@ -1,0 +1,4 @@
+"""Detectors (mmdet MODELS)."""
+from .redet import ReDet
+
+__all__ = ['ReDet']

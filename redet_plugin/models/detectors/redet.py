@@ -1,0 +1,47 @@
+"""ReDet: a two-stage rotated detector (rotation-equivariant backbone + RoI Transformer head).
+
+mmdet's TwoStageDetector does everything except feeding the RPN: its anchors are horizontal, so
+it learns the enclosing horizontal boxes of the rotated ground truth, class-agnostic.
+Predictions are rotated: pred_instances.bboxes (N, 5) (cx, cy, w, h, theta), le90.
+"""
+import copy
+
+import torch
+from mmdet.models.detectors import TwoStageDetector
+from mmdet.registry import MODELS
+from mmdet.structures import SampleList
+from mmdet.structures.bbox import get_box_tensor
+from torch import Tensor
+
+from ...structures import rbox2hbox
+
+
+def _horizontal_rpn_samples(batch_data_samples: SampleList) -> SampleList:
+    """Copies of the samples with one class and enclosing horizontal boxes, for the RPN."""
+    rpn_samples = copy.deepcopy(batch_data_samples)
+    for sample in rpn_samples:
+        for field in ('gt_instances', 'ignored_instances'):
+            instances = sample.get(field, None)
+            if instances is None or 'bboxes' not in instances:
+                continue
+            boxes = get_box_tensor(instances.bboxes)
+            if boxes.size(-1) == 5:
+                instances.bboxes = rbox2hbox(boxes)
+            if 'labels' in instances:
+                instances.labels = torch.zeros_like(instances.labels)
+    return rpn_samples
+
+
+@MODELS.register_module()
+class ReDet(TwoStageDetector):
+    """Two-stage detector with rotated ground truth and rotated predictions."""
+
+    def loss(self, batch_inputs: Tensor, batch_data_samples: SampleList) -> dict:
+        x = self.extract_feat(batch_inputs)
+        proposal_cfg = self.train_cfg.get('rpn_proposal', self.test_cfg.rpn)
+        rpn_losses, rpn_results_list = self.rpn_head.loss_and_predict(
+            x, _horizontal_rpn_samples(batch_data_samples), proposal_cfg=proposal_cfg)
+        losses = {(f'rpn_{k}' if 'loss' in k and 'rpn' not in k else k): v
+                  for k, v in rpn_losses.items()}
+        losses.update(self.roi_head.loss(x, rpn_results_list, batch_data_samples))
+        return losses

@@ -1,0 +1,105 @@
+"""The RoI Transformer: a two-stage cascade from horizontal proposals to rotated detections.
+
+Stage 0 pools horizontal proposals (RoIPool or RoIAlign) and regresses rotated boxes; stage 1
+pools those rotated RoIs (RiRoIAlignRotated) and predicts class + refined rotated box.
+mmdet's CascadeRoIHead does the rest; what changes is how ground truth meets the priors:
+- stage 0 matches horizontal priors against the enclosing horizontal boxes of the rotated gts
+  (and adds those as proposals), but regresses towards the rotated gts themselves;
+- later stages match rotated priors against rotated gts (rotated IoU, set in the assigner).
+Boxes are plain tensors throughout (rotated: (cx, cy, w, h, theta), le90).
+"""
+from typing import List, Tuple
+
+import torch
+from mmdet.models.roi_heads import CascadeRoIHead
+from mmdet.models.task_modules.samplers import SamplingResult
+from mmdet.models.utils import unpack_gt_instances
+from mmdet.registry import MODELS
+from mmdet.structures import SampleList
+from mmdet.structures.bbox import bbox2roi, get_box_tensor
+from mmengine.structures import InstanceData
+from torch import Tensor
+
+from ...structures import rbox2hbox
+from .rotated_bbox_head import empty_rotated_results
+
+
+def _with_boxes(instances: InstanceData, boxes: Tensor) -> InstanceData:
+    view = instances.new()  # a shallow copy: same labels and other fields
+    view.bboxes = boxes
+    return view
+
+
+@MODELS.register_module()
+class RoITransformerRoIHead(CascadeRoIHead):
+    """CascadeRoIHead whose first stage turns horizontal RoIs into rotated ones."""
+
+    def _assign_and_sample(self, stage: int, results: InstanceData, gt: InstanceData,
+                           gt_ignore: InstanceData, feats: List[Tensor]) -> SamplingResult:
+        results.priors = get_box_tensor(results.pop('bboxes'))
+        horizontal_priors = results.priors.size(-1) == 4
+        if horizontal_priors:
+            match_gt = _with_boxes(gt, rbox2hbox(gt.bboxes))
+            if gt_ignore is not None and 'bboxes' in gt_ignore:
+                ignored = get_box_tensor(gt_ignore.bboxes)
+                if ignored.size(-1) == 5:
+                    gt_ignore = _with_boxes(gt_ignore, rbox2hbox(ignored))
+        else:
+            match_gt = gt
+        assign_result = self.bbox_assigner[stage].assign(results, match_gt, gt_ignore)
+        sampling = self.bbox_sampler[stage].sample(assign_result, results, match_gt, feats=feats)
+        if horizontal_priors:  # regress towards the rotated gts
+            sampling.pos_gt_bboxes = gt.bboxes[sampling.pos_assigned_gt_inds.long()]
+        return sampling
+
+    def loss(self, x: Tuple[Tensor], rpn_results_list: List[InstanceData],
+             batch_data_samples: SampleList) -> dict:
+        if len(rpn_results_list) != len(batch_data_samples):
+            raise ValueError(f'rpn_results_list: expected one entry per image '
+                             f'({len(batch_data_samples)}), got {len(rpn_results_list)}')
+        batch_gt, batch_gt_ignore, batch_img_metas = unpack_gt_instances(batch_data_samples)
+        batch_gt = [_with_boxes(gt, _rotated_tensor(gt.bboxes)) for gt in batch_gt]
+        losses, results_list = {}, rpn_results_list
+        for stage in range(self.num_stages):
+            self.current_stage = stage
+            sampling_results = [
+                self._assign_and_sample(stage, results_list[i], batch_gt[i], batch_gt_ignore[i],
+                                        [level[i][None] for level in x])
+                for i in range(len(batch_data_samples))]
+            bbox_results = self.bbox_loss(stage, x, sampling_results)
+            for name, value in bbox_results['loss_bbox'].items():
+                weight = self.stage_loss_weights[stage] if 'loss' in name else 1
+                losses[f's{stage}.{name}'] = value * weight
+            if stage < self.num_stages - 1:
+                with torch.no_grad():
+                    results_list = self.bbox_head[stage].refine_bboxes(
+                        sampling_results, bbox_results, batch_img_metas)
+                if results_list is None:  # no RoIs at all
+                    break
+                for results in results_list:
+                    results.bboxes = get_box_tensor(results.bboxes)
+        return losses
+
+    def predict_bbox(self, x: Tuple[Tensor], batch_img_metas: List[dict],
+                     rpn_results_list: List[InstanceData], rcnn_test_cfg, rescale: bool = False,
+                     **kwargs) -> List[InstanceData]:
+        proposals = [get_box_tensor(res.bboxes) for res in rpn_results_list]
+        rois = bbox2roi(proposals)
+        if rois.shape[0] == 0:
+            num_classes = self.bbox_head[-1].num_classes
+            return [empty_rotated_results(rois.device, num_classes, rcnn_test_cfg is not None)
+                    for _ in batch_img_metas]
+        rois, cls_scores, bbox_preds = self._refine_roi(
+            x=x, rois=rois, batch_img_metas=batch_img_metas,
+            num_proposals_per_img=tuple(len(p) for p in proposals), **kwargs)
+        return self.bbox_head[-1].predict_by_feat(
+            rois=rois, cls_scores=cls_scores, bbox_preds=bbox_preds,
+            batch_img_metas=batch_img_metas, rescale=rescale, rcnn_test_cfg=rcnn_test_cfg)
+
+
+def _rotated_tensor(boxes) -> Tensor:
+    boxes = get_box_tensor(boxes)
+    if boxes.dim() != 2 or boxes.size(-1) != 5:
+        raise ValueError(f'gt_instances.bboxes: expected rotated boxes (N, 5) '
+                         f'(cx, cy, w, h, theta), got shape {tuple(boxes.shape)}')
+    return boxes

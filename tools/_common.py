@@ -1,0 +1,75 @@
+"""Helpers shared by tools/train.py and tools/test.py: clear errors before the Runner starts."""
+import os
+import os.path as osp
+import sys
+
+from mmengine.config import DictAction
+
+
+def fail(message: str) -> None:
+    """Stops the tool with one readable line instead of a traceback."""
+    sys.exit(f'error: {message}')
+
+
+def add_runner_args(parser) -> None:
+    """--cfg-options, --launcher and --local-rank, as mmdet's tools have them."""
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config entries, e.g. train_cfg.max_epochs=1')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+
+
+def parse_runner_args(parser, argv):
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def check_data_folders(cfg, loader_keys) -> None:
+    """Every dataset folder a config names must exist; name the config key and the path."""
+    for key in loader_keys:
+        loader = cfg.get(key)
+        if not loader:
+            continue
+        dataset = loader.dataset
+        if dataset.get('synthetic') is not None:  # SyntheticDOTADataset generates its folders
+            continue
+        root = dataset.get('data_root') or ''
+        folders = {'data_root': root} if root else {}
+        if dataset.get('ann_file'):
+            folders['ann_file'] = osp.join(root, dataset.ann_file)
+        for name, path in (dataset.get('data_prefix') or {}).items():
+            folders[f'data_prefix.{name}'] = osp.join(root, path)
+        for name, path in folders.items():
+            if not osp.exists(path):
+                fail(f'{key}.dataset.{name}: {path!r} does not exist '
+                     f'(set data_root to a DOTA-format folder with images/ and labelTxt/, '
+                     f'or make the synthetic set: python tools/data/make_synthetic_dota.py)')
+
+
+def check_checkpoint_matches(model, checkpoint_path: str) -> None:
+    """Refuses a checkpoint whose weights do not fit the model (another architecture, another
+    number of classes), naming a few of the offending parameters."""
+    import torch
+    from mmengine.model import is_model_wrapper
+    if is_model_wrapper(model):
+        model = model.module
+    try:
+        checkpoint = torch.load(checkpoint_path, map_location='cpu')
+    except Exception as error:  # truncated file, not a checkpoint at all
+        fail(f'checkpoint {checkpoint_path!r} cannot be read: {error}')
+    state = checkpoint.get('state_dict', checkpoint) if isinstance(checkpoint, dict) else None
+    if not isinstance(state, dict):
+        fail(f'checkpoint {checkpoint_path!r} holds no state_dict')
+    state = {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    wrong_shape = [f'{k} {tuple(state[k].shape)} vs model {tuple(v.shape)}'
+                   for k, v in expected.items() if k in state and hasattr(state[k], 'shape')
+                   and tuple(state[k].shape) != tuple(v.shape)]
+    if missing or unexpected or wrong_shape:
+        fail(f'checkpoint {checkpoint_path!r} is from a different model: '
+             f'{len(missing)} missing, {len(unexpected)} unexpected, {len(wrong_shape)} '
+             f'wrong-shape weights (e.g. missing {missing[:3]}, unexpected {unexpected[:3]}, '
+             f'wrong shape {wrong_shape[:3]})')

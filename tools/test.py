@@ -1,0 +1,74 @@
+"""Evaluate a checkpoint with the config's test set and metric (DOTA mAP, per-class table).
+
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out results.pkl]
+                         [--show-dir DIR] [--score-thr 0.3] [--cfg-options ...] [--launcher pytorch]
+"""
+import argparse
+import json
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout
+
+from mmengine.config import Config  # noqa: E402
+from mmengine.runner import Runner  # noqa: E402
+
+from tools._common import (add_runner_args, check_checkpoint_matches, check_data_folders,  # noqa: E402
+                           fail, parse_runner_args)
+from tools._progress_hook import ProgressBarHook  # noqa: E402
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Test (and evaluate) a rotated detector')
+    parser.add_argument('config', help='config file')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--work-dir', help='folder for the evaluation log and '
+                        'test_metrics.json')
+    parser.add_argument('--out', help='dump the raw predictions to this .pkl file')
+    parser.add_argument('--show-dir', help='write pictures of the rotated detections here')
+    parser.add_argument('--score-thr', type=float, default=0.3,
+                        help='lowest score drawn in the pictures')
+    add_runner_args(parser)
+    return parse_runner_args(parser, argv)
+
+
+def build_config(args) -> Config:
+    if not osp.isfile(args.config):
+        fail(f'config file {args.config!r} does not exist')
+    if not osp.isfile(args.checkpoint):
+        fail(f'checkpoint {args.checkpoint!r} does not exist')
+    if args.out and not args.out.endswith(('.pkl', '.pickle')):
+        fail(f'--out: expected a .pkl file, got {args.out!r}')
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    cfg.launcher = args.launcher
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
+        'work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg.load_from = args.checkpoint
+    cfg.resume = False
+    if args.show_dir:  # mmdet's hook, with the config's (rotated) visualizer
+        cfg.default_hooks.visualization.update(
+            draw=True, test_out_dir=osp.abspath(args.show_dir), score_thr=args.score_thr)
+    return cfg
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = build_config(args)
+    check_data_folders(cfg, ('test_dataloader',))
+    runner = Runner.from_cfg(cfg)
+    check_checkpoint_matches(runner.model, args.checkpoint)
+    runner.register_hook(ProgressBarHook(), priority='VERY_LOW')
+    if args.out:
+        from mmdet.evaluation import DumpDetResults
+        runner.test_evaluator.metrics.append(DumpDetResults(out_file_path=args.out))
+    metrics = runner.test()
+    if runner.rank == 0:  # for scripts (tools/demo_main.py) and for the record
+        with open(osp.join(cfg.work_dir, 'test_metrics.json'), 'w') as f:
+            json.dump(metrics, f, indent=1)
+    return metrics
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,68 @@
+"""Train a detector from a config with mmengine's Runner.
+
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [auto|CKPT]] [--amp]
+                          [--cfg-options key=value ...] [--launcher pytorch]
+"""
+import argparse
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout
+
+from mmengine.config import Config  # noqa: E402
+from mmengine.runner import Runner, find_latest_checkpoint  # noqa: E402
+
+from tools._common import (add_runner_args, check_checkpoint_matches, check_data_folders,  # noqa: E402
+                           fail, parse_runner_args)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Train a rotated detector')
+    parser.add_argument('config', help='config file')
+    parser.add_argument('--work-dir', help='folder for logs and checkpoints '
+                        '(default: work_dirs/<config name>)')
+    parser.add_argument('--resume', nargs='?', const='auto', default=None,
+                        help="resume training: 'auto' (or no value) = from the latest checkpoint "
+                        'in the work dir; or a checkpoint path')
+    parser.add_argument('--amp', action='store_true', help='mixed precision (AmpOptimWrapper)')
+    add_runner_args(parser)
+    return parse_runner_args(parser, argv)
+
+
+def build_config(args) -> Config:
+    if not osp.isfile(args.config):
+        fail(f'config file {args.config!r} does not exist')
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    cfg.launcher = args.launcher
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
+        'work_dirs', osp.splitext(osp.basename(args.config))[0])
+    if args.amp:
+        if cfg.optim_wrapper.get('type', 'OptimWrapper') != 'OptimWrapper':
+            fail(f'--amp: expected optim_wrapper type OptimWrapper, got {cfg.optim_wrapper.type}')
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.loss_scale = 'dynamic'
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume is not None:
+        if not osp.isfile(args.resume):
+            fail(f'--resume: checkpoint {args.resume!r} does not exist')
+        cfg.resume, cfg.load_from = True, args.resume
+    return cfg
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = build_config(args)
+    check_data_folders(cfg, ('train_dataloader', 'val_dataloader'))
+    runner = Runner.from_cfg(cfg)
+    resume_from = cfg.load_from if cfg.resume and cfg.load_from else (
+        find_latest_checkpoint(cfg.work_dir) if cfg.resume else None)
+    if resume_from:
+        check_checkpoint_matches(runner.model, resume_from)
+    runner.train()
+
+
+if __name__ == '__main__':
+    main()
