@@ -25,6 +25,21 @@ def parse_runner_args(parser, argv):
     return args
 
 
+def load_config(args):
+    """The config named on the command line, with --cfg-options, the launcher and the work dir
+    (--work-dir, else the config's, else work_dirs/<config name>) applied."""
+    from mmengine.config import Config
+    if not osp.isfile(args.config):
+        fail(f'config file {args.config!r} does not exist')
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    cfg.launcher = args.launcher
+    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
+        'work_dirs', osp.splitext(osp.basename(args.config))[0])
+    return cfg
+
+
 def check_data_folders(cfg, loader_keys) -> None:
     """Every dataset folder a config names must exist; name the config key and the path."""
     for key in loader_keys:

@@ -14,7 +14,7 @@ from mmengine.config import Config  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
 
 from tools._common import (add_runner_args, check_checkpoint_matches, check_data_folders,  # noqa: E402
-                           fail, parse_runner_args)
+                           fail, load_config, parse_runner_args)
 from tools._progress_hook import ProgressBarHook  # noqa: E402
 
 
@@ -33,18 +33,11 @@ def parse_args(argv=None):
 
 
 def build_config(args) -> Config:
-    if not osp.isfile(args.config):
-        fail(f'config file {args.config!r} does not exist')
     if not osp.isfile(args.checkpoint):
         fail(f'checkpoint {args.checkpoint!r} does not exist')
     if args.out and not args.out.endswith(('.pkl', '.pickle')):
         fail(f'--out: expected a .pkl file, got {args.out!r}')
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    cfg.launcher = args.launcher
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
-        'work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg = load_config(args)
     cfg.load_from = args.checkpoint
     cfg.resume = False
     if args.show_dir:  # mmdet's hook, with the config's (rotated) visualizer

@@ -13,7 +13,7 @@ from mmengine.config import Config  # noqa: E402
 from mmengine.runner import Runner, find_latest_checkpoint  # noqa: E402
 
 from tools._common import (add_runner_args, check_checkpoint_matches, check_data_folders,  # noqa: E402
-                           fail, parse_runner_args)
+                           fail, load_config, parse_runner_args)
 
 
 def parse_args(argv=None):
@@ -30,14 +30,7 @@ def parse_args(argv=None):
 
 
 def build_config(args) -> Config:
-    if not osp.isfile(args.config):
-        fail(f'config file {args.config!r} does not exist')
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    cfg.launcher = args.launcher
-    cfg.work_dir = args.work_dir or cfg.get('work_dir') or osp.join(
-        'work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg = load_config(args)
     if args.amp:
         if cfg.optim_wrapper.get('type', 'OptimWrapper') != 'OptimWrapper':
             fail(f'--amp: expected optim_wrapper type OptimWrapper, got {cfg.optim_wrapper.type}')
