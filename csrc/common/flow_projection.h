@@ -16,6 +16,24 @@
 
 namespace redet {
 
+// a + b rounded once, never fused with a preceding multiply into an FMA (nvcc fuses by default),
+// so that the CPU and CUDA kernels take the same floor/inside decisions.
+REDET_HOST_DEVICE float add_rounded(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+REDET_HOST_DEVICE double add_rounded(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
 struct ProjectionCorners {
   int left, right, top, bottom;
 };
@@ -24,8 +42,8 @@ struct ProjectionCorners {
 template <typename acc_t>
 REDET_HOST_DEVICE bool project_pixel(int x, int y, acc_t gx, acc_t gy, int width, int height,
                                      ProjectionCorners* c) {
-  const acc_t px = static_cast<acc_t>(x) + gx;
-  const acc_t py = static_cast<acc_t>(y) + gy;
+  const acc_t px = add_rounded(static_cast<acc_t>(x), gx);
+  const acc_t py = add_rounded(static_cast<acc_t>(y), gy);
   if (!(px >= acc_t(0) && px <= static_cast<acc_t>(width - 1) && py >= acc_t(0) &&
         py <= static_cast<acc_t>(height - 1))) {
     return false;
