@@ -65,6 +65,8 @@ def bench(name, batch, height, width, kind="smooth"):
         lambda: backward(grad, flow, depth, out_fill, count_fill, T, False, True))
     row["ours_deterministic_forward_fill_ms"] = time_cuda(
         deterministic(lambda: op(flow, depth, T, False, True, True)))
+    row["ours_deterministic_backward_fill_ms"] = time_cuda(deterministic(  # the same gather kernels
+        lambda: backward(grad, flow, depth, out_fill, count_fill, T, False, True)))
 
     # The plain PyTorch reference, forward and autograd backward.
     f_ref, d_ref = flow.clone().requires_grad_(True), depth.clone().requires_grad_(True)

@@ -63,9 +63,12 @@ REDET_HOST_DEVICE acc_t projection_weight(acc_t depth, bool inverse_depth) {
 
 // Output and count of one pixel from the accumulators. `acc.load(i, &sum_x, &sum_y, &count)`
 // reads pixel i (an index into the whole batch; the image starts at pixel `base`).
+// search_row / search_column = false say that the pixel's row / column holds no non-hole at all,
+// which spares a hole the walk to the border (whole empty columns are common: a camera pan).
 template <typename calc_t, typename Reader>
 REDET_HOST_DEVICE void finalize_pixel(const Reader& acc, int64_t base, int x, int y, int width,
-                                      int height, bool fill_holes, calc_t* out_x, calc_t* out_y,
+                                      int height, bool fill_holes, bool search_row,
+                                      bool search_column, calc_t* out_x, calc_t* out_y,
                                       calc_t* count) {
   calc_t sx, sy, c;
   acc.load(base + static_cast<int64_t>(y) * width + x, &sx, &sy, &c);
@@ -82,6 +85,7 @@ REDET_HOST_DEVICE void finalize_pixel(const Reader& acc, int64_t base, int x, in
     const int dx[4] = {-1, 1, 0, 0}, dy[4] = {0, 0, -1, 1};
 #pragma unroll
     for (int d = 0; d < 4; ++d) {
+      if (!(d < 2 ? search_row : search_column)) continue;
       int xx = x + dx[d], yy = y + dy[d];
       while (xx >= 0 && xx < width && yy >= 0 && yy < height) {
         acc.load(base + static_cast<int64_t>(yy) * width + xx, &sx, &sy, &c);

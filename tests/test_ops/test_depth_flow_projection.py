@@ -228,6 +228,20 @@ def test_cuda_matches_cpu(dtype, deterministic):
             torch.testing.assert_close(a.cpu().double(), b.double(), rtol=tol, atol=tol)
 
 
+@CUDA
+def test_cuda_pan_leaves_empty_columns_and_rows():
+    """A pan leaves whole columns and rows empty: the CUDA fill skips walks through them."""
+    flow = torch.zeros(2, 2, 40, 64)
+    flow[:, 0], flow[:, 1] = 30.0, -12.0
+    flow = flow + 0.3 * torch.randn(flow.shape, generator=torch.Generator().manual_seed(3))
+    depth = 1 + torch.rand(2, 1, 40, 64, generator=torch.Generator().manual_seed(4))
+    cpu = ours_and_reference_grads(flow, depth, 0.7, True)[0]
+    cuda = ours_and_reference_grads(flow.cuda(), depth.cuda(), 0.7, True)[0]
+    assert (cpu[1] <= 0).float().mean() > 0.3  # a wide band of holes
+    for a, b in zip(cuda, cpu):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("fill", [False, True])
 def test_opcheck(fill):
     flow, depth = make_case("rough", 2, 5, 6, seed=14)

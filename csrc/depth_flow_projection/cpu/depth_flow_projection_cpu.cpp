@@ -80,7 +80,8 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& f
         const int y = row % height;
         for (int x = 0; x < width; ++x) {
           acc_t ox, oy, c;
-          finalize_pixel(reader, b * plane, x, y, width, height, fill_holes, &ox, &oy, &c);
+          finalize_pixel(reader, b * plane, x, y, width, height, fill_holes, true, true, &ox,
+                         &oy, &c);
           const int64_t i = static_cast<int64_t>(y) * width + x;
           out[b * 2 * plane + i] = static_cast<scalar_t>(ox);
           out[b * 2 * plane + plane + i] = static_cast<scalar_t>(oy);
