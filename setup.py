@@ -21,9 +21,11 @@ def ext_modules():
     cu = sorted(glob.glob("csrc/**/cuda/*.cu", recursive=True))
     with_cuda = os.environ.get("FORCE_CUDA", "0") == "1" or (
         torch.cuda.is_available() and CUDA_HOME is not None)
-    cxx = ["-O3", "-std=c++20"]
+    # No -std flag: torch's BuildExtension adds the C++ standard its own headers were built with
+    # (mixing standards made C++ exceptions crash across the library boundary).
+    cxx = ["-O3"]
     if with_cuda:
-        nvcc = ["-O3", "-std=c++20", "-lineinfo", "--expt-relaxed-constexpr",
+        nvcc = ["-O3", "-lineinfo", "--expt-relaxed-constexpr",
                 "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
                 "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__"]
         return [CUDAExtension(

@@ -33,6 +33,10 @@ def bench(dtype, deterministic_too=True):
     ours_bwd = lambda: torch.ops.redet._roi_pool_backward(grad, rois, argmax, n, c, h, w)  # noqa: E731
     row = dict(dtype=str(dtype).replace("torch.", ""), ours_forward_ms=time_cuda(ours),
                ours_backward_ms=time_cuda(ours_bwd))
+    for kernel in ("plane", "flat"):  # both forward kernels, whatever the automatic choice
+        os.environ["REDET_ROI_POOL_KERNEL"] = kernel
+        row[f"ours_forward_{kernel}_kernel_ms"] = time_cuda(ours)
+    del os.environ["REDET_ROI_POOL_KERNEL"]
     if deterministic_too:
         torch.use_deterministic_algorithms(True)
         row["ours_backward_deterministic_ms"] = time_cuda(ours_bwd)

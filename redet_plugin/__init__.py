@@ -11,4 +11,4 @@ from .utils.checkpoint_compat import register_checkpoint_safe_globals
 register_checkpoint_safe_globals()
 
 from . import ops  # noqa: E402,F401
-from . import structures, datasets, evaluation, models  # noqa: E402,F401
+from . import structures, datasets, evaluation, models, visualization  # noqa: E402,F401

@@ -2,6 +2,8 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 namespace redet {
 
 inline void check_feature_map(const at::Tensor& input, const char* op) {
@@ -11,8 +13,33 @@ inline void check_feature_map(const at::Tensor& input, const char* op) {
               ": input must be float16, bfloat16, float32 or float64, got ", input.scalar_type());
 }
 
+// First RoI rows that break the rules (-1 when none): a NaN/inf value, or a batch index that is not
+// an integer in [0, num_images). One pass on the rois' own device and a single small copy back.
+struct BadRois {
+  int64_t non_finite_row = -1;
+  int64_t bad_index_row = -1;
+};
+
+inline BadRois find_bad_rois_cpu(const at::Tensor& rois, int64_t num_images) {
+  const auto r = rois.to(at::kDouble).contiguous();
+  const double* p = r.data_ptr<double>();
+  BadRois bad;
+  for (int64_t k = 0; k < r.size(0); ++k) {
+    const double* row = p + k * r.size(1);
+    bool finite = true;
+    for (int64_t j = 0; j < r.size(1); ++j) finite = finite && std::isfinite(row[j]);
+    if (!finite && bad.non_finite_row < 0) bad.non_finite_row = k;
+    const bool index_ok = row[0] == std::floor(row[0]) && row[0] >= 0 && row[0] < num_images;
+    if (finite && !index_ok && bad.bad_index_row < 0) bad.bad_index_row = k;
+  }
+  return bad;
+}
+
+#ifdef REDET_WITH_CUDA
+BadRois find_bad_rois_cuda(const at::Tensor& rois, int64_t num_images);  // common/cuda/roi_checks.cu
+#endif
+
 // rois: (K, ncols) with column 0 the batch index, an integer in [0, num_images).
-// One host sync covers every check; details are computed only when something is wrong.
 inline void check_rois(const at::Tensor& rois, const at::Tensor& input, int64_t ncols,
                        const char* layout, const char* op) {
   TORCH_CHECK(rois.dim() == 2 && rois.size(1) == ncols, op, ": rois must have shape (K, ", ncols,
@@ -23,20 +50,17 @@ inline void check_rois(const at::Tensor& rois, const at::Tensor& input, int64_t 
               ": rois must have the same dtype as input (", input.scalar_type(), "), got ",
               rois.scalar_type());
   if (rois.size(0) == 0) return;
-  const auto r = rois.to(at::kDouble);
-  const auto batch = r.select(1, 0);
-  const auto finite = at::isfinite(r).all();
-  const auto index_ok = (batch == batch.floor()).logical_and(batch >= 0)
-                            .logical_and(batch < static_cast<double>(input.size(0))).all();
-  if (finite.logical_and(index_ok).item<bool>()) return;
-  TORCH_CHECK(finite.item<bool>(), op, ": rois contain NaN or infinite values (row ",
-              at::isfinite(r).all(1).logical_not().nonzero().select(1, 0)[0].item<int64_t>(), ")");
-  const auto bad = (batch == batch.floor()).logical_and(batch >= 0)
-                       .logical_and(batch < static_cast<double>(input.size(0))).logical_not()
-                       .nonzero().select(1, 0)[0].item<int64_t>();
-  TORCH_CHECK(false, op, ": rois[:, 0] must hold integer batch indices in [0, ", input.size(0),
-              ") (input has ", input.size(0), " images); row ", bad, " has ",
-              batch[bad].item<double>());
+  BadRois bad;
+#ifdef REDET_WITH_CUDA
+  bad = rois.is_cuda() ? find_bad_rois_cuda(rois, input.size(0)) : find_bad_rois_cpu(rois, input.size(0));
+#else
+  bad = find_bad_rois_cpu(rois, input.size(0));
+#endif
+  TORCH_CHECK(bad.non_finite_row < 0, op, ": rois contain NaN or infinite values (row ",
+              bad.non_finite_row, ")");
+  TORCH_CHECK(bad.bad_index_row < 0, op, ": rois[:, 0] must hold integer batch indices in [0, ",
+              input.size(0), ") (input has ", input.size(0), " images); row ", bad.bad_index_row,
+              " has ", bad.bad_index_row < 0 ? 0.0 : rois[bad.bad_index_row][0].item<double>());
 }
 
 inline void check_output_size(int64_t h, int64_t w, const char* op) {

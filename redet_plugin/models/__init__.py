@@ -1,2 +1,5 @@
-"""Models registered in mmdet's registries (importing this package registers them)."""
+"""Registers the model components in mmdet's registries (one import per subpackage or module)."""
+from . import backbones  # noqa: F401
+from . import necks  # noqa: F401
 from . import flow_projection  # noqa: F401
+from .equivariant import convert_to_plain  # noqa: F401

@@ -1,5 +1,8 @@
 """The compiled ops: functional forms and nn.Modules."""
-from .roi_pool import RoIPool, roi_pool
 from .depth_flow_projection import DepthFlowProjection, depth_flow_projection
+from .riroi_align_rotated import (RiRoIAlignRotated, riroi_align_rotated,
+                                  riroi_align_rotated_multilevel)
+from .roi_pool import RoIPool, roi_pool
 
-__all__ = ["RoIPool", "roi_pool", "DepthFlowProjection", "depth_flow_projection"]
+__all__ = ["DepthFlowProjection", "RiRoIAlignRotated", "RoIPool", "depth_flow_projection",
+           "riroi_align_rotated", "riroi_align_rotated_multilevel", "roi_pool"]

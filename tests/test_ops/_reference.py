@@ -64,6 +64,76 @@ def roi_pool_backward_reference(grad_output, rois, argmax, input_shape):
 
 
 # ----------------------------------------------------------------------------------------------
+# RiRoIAlignRotated (mmcv / ReDet spatial rules; continuous or legacy orientation interpolation)
+# ----------------------------------------------------------------------------------------------
+def _float32(v: float) -> float:
+    """v rounded to float32: the peer's floorf/ceilf round their argument to float first."""
+    return float(torch.tensor(v, dtype=torch.float32))
+
+
+def _peer_bilinear(planes, y, x):
+    """planes (C, H, W); y, x (P,) float64 -> (C, P). The peer's border rules: more than one pixel
+    outside -> 0; within one pixel -> clamped onto the border row / column."""
+    height, width = planes.shape[1:]
+    inside = (y >= -1) & (y <= height) & (x >= -1) & (x <= width)
+    y, x = y.clamp(min=0), x.clamp(min=0)
+    y_low, x_low = y.floor().long(), x.floor().long()
+    y_at_edge, x_at_edge = y_low >= height - 1, x_low >= width - 1
+    y_low, x_low = y_low.clamp(max=height - 1), x_low.clamp(max=width - 1)
+    y = torch.where(y_at_edge, y_low.double(), y)
+    x = torch.where(x_at_edge, x_low.double(), x)
+    y_high = torch.where(y_at_edge, y_low, y_low + 1)
+    x_high = torch.where(x_at_edge, x_low, x_low + 1)
+    ly, lx = y - y_low, x - x_low
+    hy, hx = 1 - ly, 1 - lx
+    value = (hy * hx * planes[:, y_low, x_low] + hy * lx * planes[:, y_low, x_high]
+             + ly * hx * planes[:, y_high, x_low] + ly * lx * planes[:, y_high, x_high])
+    return value * inside
+
+
+def riroi_align_rotated_reference(input, rois, output_size, spatial_scale=1.0, num_samples=0,
+                                  num_orientations=8, clockwise=False, legacy_orientation=False):
+    """input (N, C*nO, H, W), rois (K, 6) = (batch, cx, cy, w, h, theta). Computed in float64 one
+    RoI at a time (differentiable w.r.t. input); returns float64."""
+    out_h, out_w = output_size
+    x = input.double()
+    nO = num_orientations
+    channels = x.shape[1]
+    outputs = []
+    for batch, cx, cy, w, h, theta in rois.double().tolist():
+        cx, cy = cx * spatial_scale, cy * spatial_scale
+        w, h = max(w * spatial_scale, 1.0), max(h * spatial_scale, 1.0)
+        bin_h, bin_w = h / out_h, w / out_w
+        grid_h = num_samples or math.ceil(_float32(h / out_h))
+        grid_w = num_samples or math.ceil(_float32(w / out_w))
+        angle = -theta if clockwise else theta
+        cos, sin = math.cos(angle), math.sin(angle)
+        # sample (ph, pw, iy, ix) at offset (yy, xx) from the centre, rotated by the angle
+        ph = torch.arange(out_h, dtype=torch.float64).view(-1, 1, 1, 1)
+        pw = torch.arange(out_w, dtype=torch.float64).view(1, -1, 1, 1)
+        iy = torch.arange(grid_h, dtype=torch.float64).view(1, 1, -1, 1)
+        ix = torch.arange(grid_w, dtype=torch.float64).view(1, 1, 1, -1)
+        yy = (-h / 2 + ph * bin_h + (iy + 0.5) * bin_h / grid_h).expand(out_h, out_w, grid_h, grid_w)
+        xx = (-w / 2 + pw * bin_w + (ix + 0.5) * bin_w / grid_w).expand(out_h, out_w, grid_h, grid_w)
+        ys = yy * cos - xx * sin + cy
+        xs = yy * sin + xx * cos + cx
+        values = _peer_bilinear(x[int(batch)], ys.reshape(-1), xs.reshape(-1))
+        pooled = values.view(channels, out_h, out_w, grid_h * grid_w).mean(dim=3)
+        # orientation: channel c*nO + o reads (o - shift) with 1 - frac and its neighbour with frac
+        a = theta * nO / (2 * math.pi)
+        whole = math.floor(_float32(a))
+        frac = min(max(a - whole, 0.0), 1.0)
+        o = torch.arange(nO)
+        main = (o - whole) % nO
+        side = (o - whole + (1 if legacy_orientation else -1)) % nO
+        fields = pooled.view(channels // nO, nO, out_h, out_w)
+        outputs.append(((1 - frac) * fields[:, main] + frac * fields[:, side]).reshape(pooled.shape))
+    if not outputs:
+        return x.new_zeros(0, channels, out_h, out_w)
+    return torch.stack(outputs)
+
+
+# ----------------------------------------------------------------------------------------------
 # Depth-aware flow projection (DAIN semantics, correct gradients)
 # ----------------------------------------------------------------------------------------------
 def _nearest_valid_index(valid, dim, reverse):

@@ -1,7 +1,12 @@
-// RoIPool on CUDA. Work is ordered channel-major (all RoIs of one channel run together), so the
-// channel planes being pooled stay in L2 instead of every RoI sweeping the whole feature map.
+// RoIPool on CUDA. The main forward kernel gives each block one (image, channel) plane and all the
+// RoIs of that image: the RoIs overlap heavily, so the plane is read from memory about once and then
+// served from L1, instead of every (RoI, channel) pair fetching its window through L2.
+// When there are too few planes to fill the GPU, a flat kernel (one thread per output) is used.
 #include <ATen/OpMathType.h>
 #include <torch/library.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "common/cuda_utils.cuh"
 #include "common/roi_pool_geometry.h"
@@ -10,8 +15,47 @@
 namespace redet {
 namespace {
 
+constexpr int kPlaneThreads = 512;
+
 template <typename scalar_t>
-__global__ void roi_pool_forward_kernel(const scalar_t* __restrict__ input,
+__global__ void __launch_bounds__(kPlaneThreads) roi_pool_forward_plane_kernel(
+    const scalar_t* __restrict__ input, const scalar_t* __restrict__ rois, int64_t num_rois,
+    int64_t num_images, int64_t channels, int height, int width, int pooled_h, int pooled_w,
+    at::opmath_type<scalar_t> spatial_scale, scalar_t* __restrict__ output, int* __restrict__ argmax) {
+  using acc_t = at::opmath_type<scalar_t>;
+  __shared__ int roi_list[kPlaneThreads];
+  __shared__ int list_size;
+  const int bins = pooled_h * pooled_w;
+  for (int64_t plane_id = blockIdx.x; plane_id < num_images * channels; plane_id += gridDim.x) {
+    const int64_t n = plane_id / channels, c = plane_id % channels;
+    const scalar_t* plane = input + plane_id * height * width;
+    for (int64_t chunk = 0; chunk < num_rois; chunk += blockDim.x) {
+      // Collect this chunk's RoIs of image n (their order does not matter: outputs are disjoint).
+      if (threadIdx.x == 0) list_size = 0;
+      __syncthreads();
+      const int64_t k = chunk + threadIdx.x;
+      if (k < num_rois && static_cast<int64_t>(rois[k * 5]) == n) roi_list[atomicAdd(&list_size, 1)] = k;
+      __syncthreads();
+      const int count = list_size;
+      for (int j = threadIdx.x; j < count * bins; j += blockDim.x) {
+        const int64_t roi_index = roi_list[j / bins];
+        const int bin = j % bins;
+        const PoolBin b = roi_pool_bin<scalar_t, acc_t>(rois + roi_index * 5, spatial_scale,
+                                                        bin / pooled_w, bin % pooled_w, pooled_h,
+                                                        pooled_w, height, width);
+        acc_t value;
+        const int index = bin_max<scalar_t, acc_t>(plane, width, b, &value);
+        const int64_t o = (roi_index * channels + c) * bins + bin;
+        output[o] = static_cast<scalar_t>(value);
+        argmax[o] = index;
+      }
+      __syncthreads();
+    }
+  }
+}
+
+template <typename scalar_t>
+__global__ void roi_pool_forward_flat_kernel(const scalar_t* __restrict__ input,
                                         const scalar_t* __restrict__ rois, int64_t num_rois,
                                         int64_t channels, int height, int width, int pooled_h,
                                         int pooled_w, at::opmath_type<scalar_t> spatial_scale,
@@ -80,6 +124,15 @@ __global__ void roi_pool_backward_fixed_kernel(const scalar_t* __restrict__ grad
   }
 }
 
+// The plane kernel needs enough (image, channel) planes to occupy every multiprocessor.
+// REDET_ROI_POOL_KERNEL=plane|flat overrides the choice (for benchmarks).
+bool choose_plane_kernel(int64_t planes) {
+  const char* forced = std::getenv("REDET_ROI_POOL_KERNEL");
+  if (forced != nullptr && std::strcmp(forced, "plane") == 0) return true;
+  if (forced != nullptr && std::strcmp(forced, "flat") == 0) return false;
+  return planes >= 2 * multiprocessor_count();
+}
+
 std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input_,
                                                          const at::Tensor& rois_,
                                                          double spatial_scale, int64_t pooled_h,
@@ -94,11 +147,22 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input
   const int64_t total = output.numel();
   if (total == 0) return {output, argmax};
   auto stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t planes = input.size(0) * channels;
+  const bool use_plane_kernel = choose_plane_kernel(planes);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "roi_pool_cuda", [&] {
-    roi_pool_forward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
-        input.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), num_rois, channels, input.size(2),
-        input.size(3), pooled_h, pooled_w, static_cast<at::opmath_type<scalar_t>>(spatial_scale),
-        output.data_ptr<scalar_t>(), argmax.data_ptr<int>());
+    const auto scale = static_cast<at::opmath_type<scalar_t>>(spatial_scale);
+    if (use_plane_kernel) {
+      const int blocks = static_cast<int>(std::min<int64_t>(planes, 65535));
+      roi_pool_forward_plane_kernel<scalar_t><<<blocks, kPlaneThreads, 0, stream>>>(
+          input.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), num_rois, input.size(0), channels,
+          input.size(2), input.size(3), pooled_h, pooled_w, scale, output.data_ptr<scalar_t>(),
+          argmax.data_ptr<int>());
+    } else {
+      roi_pool_forward_flat_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
+          input.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), num_rois, channels, input.size(2),
+          input.size(3), pooled_h, pooled_w, scale, output.data_ptr<scalar_t>(),
+          argmax.data_ptr<int>());
+    }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {output, argmax};

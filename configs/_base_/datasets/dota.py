@@ -1,0 +1,48 @@
+# DOTA-v1.0 split into 1024x1024 patches with gap 200 by tools/data/dota_split.py:
+#   python tools/data/dota_split.py data/DOTA/train data/DOTA/split_1024/train
+#   (same for val and test). Needs custom_imports=dict(imports=['redet_plugin']), default_scope='mmdet'.
+dataset_type = 'DOTADataset'
+data_root = 'data/DOTA/split_1024/'
+backend_args = None
+
+train_pipeline = [
+    dict(type='LoadImageFromFile', backend_args=backend_args),
+    dict(type='LoadAnnotations', with_bbox=True, box_type='rbox'),
+    dict(type='Resize', scale=(1024, 1024), keep_ratio=True, clip_object_border=False),
+    dict(type='RandomFlip', prob=0.75, direction=['horizontal', 'vertical', 'diagonal']),
+    dict(type='PackDetInputs')
+]
+val_pipeline = [
+    dict(type='LoadImageFromFile', backend_args=backend_args),
+    dict(type='Resize', scale=(1024, 1024), keep_ratio=True),
+    dict(type='LoadAnnotations', with_bbox=True, box_type='rbox'),
+    dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile', backend_args=backend_args),
+    dict(type='Resize', scale=(1024, 1024), keep_ratio=True),
+    dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))
+]
+
+train_dataloader = dict(
+    batch_size=2, num_workers=2, persistent_workers=True,
+    sampler=dict(type='DefaultSampler', shuffle=True),
+    batch_sampler=None,
+    dataset=dict(type=dataset_type, data_root=data_root, ann_file='train/labelTxt/',
+                 data_prefix=dict(img_path='train/images/'), filter_cfg=dict(filter_empty_gt=True),
+                 pipeline=train_pipeline))
+val_dataloader = dict(
+    batch_size=1, num_workers=2, persistent_workers=True, drop_last=False,
+    sampler=dict(type='DefaultSampler', shuffle=False),
+    dataset=dict(type=dataset_type, data_root=data_root, ann_file='val/labelTxt/',
+                 data_prefix=dict(img_path='val/images/'), test_mode=True, pipeline=val_pipeline))
+val_evaluator = dict(type='DOTAMetric', iou_thrs=0.5, ap_method='11points')
+
+# Test set (no annotations): write Task1 submission files, patches merged to full images.
+test_dataloader = dict(
+    batch_size=1, num_workers=2, persistent_workers=True, drop_last=False,
+    sampler=dict(type='DefaultSampler', shuffle=False),
+    dataset=dict(type=dataset_type, data_root=data_root, ann_file='',
+                 data_prefix=dict(img_path='test/images/'), test_mode=True, pipeline=test_pipeline))
+test_evaluator = dict(type='DOTAMetric', format_only=True, merge_patches=True,
+                      outfile_prefix='./work_dirs/dota/Task1')

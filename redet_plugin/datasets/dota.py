@@ -1,0 +1,167 @@
+"""DOTA-format dataset: one image + one txt of `x1 y1 x2 y2 x3 y3 x4 y4 class difficulty` lines.
+
+Each instance's 'bbox' is the le90 rotated box (cx, cy, w, h, theta) of the annotated
+quadrilateral (minimum-area rectangle), so mmdet's `LoadAnnotations(box_type='rbox')` loads it as
+RotatedBoxes. The quadrilateral itself stays in 'polygon'.
+"""
+import glob
+import warnings
+import os.path as osp
+from typing import List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+from mmdet.datasets import BaseDetDataset
+from mmdet.registry import DATASETS
+from PIL import Image
+
+from ..structures import qbox2rbox
+
+DOTA_V1_CLASSES = ('plane', 'baseball-diamond', 'bridge', 'ground-track-field', 'small-vehicle',
+                   'large-vehicle', 'ship', 'tennis-court', 'basketball-court', 'storage-tank',
+                   'soccer-ball-field', 'roundabout', 'harbor', 'swimming-pool', 'helicopter')
+HEADER_PREFIXES = ('imagesource:', 'gsd:')
+
+
+class DOTAAnnotationError(ValueError):
+    """A DOTA annotation file (or its image) is malformed; the message names file and line."""
+
+
+class DOTAAnnotationWarning(UserWarning):
+    """A malformed line or missing image was skipped (on_bad_line='warn')."""
+
+
+def parse_dota_line(line: str) -> Optional[Tuple[List[float], str, int]]:
+    """Returns (8 polygon coordinates, class name, difficulty), or None for header/blank lines.
+
+    Raises ValueError (without location; the caller adds it) when the line is malformed.
+    """
+    stripped = line.strip()
+    if not stripped or stripped.lower().startswith(HEADER_PREFIXES):
+        return None
+    fields = stripped.split()
+    if len(fields) not in (9, 10):
+        raise ValueError(f"expected 'x1 y1 x2 y2 x3 y3 x4 y4 class [difficulty]' (9 or 10 fields), "
+                         f"got {len(fields)} fields")
+    try:
+        coords = [float(v) for v in fields[:8]]
+    except ValueError:
+        raise ValueError(f"coordinates must be numbers, got {fields[:8]}") from None
+    if any(c != c or abs(c) == float('inf') for c in coords):
+        raise ValueError(f"coordinates must be finite, got {fields[:8]}")
+    difficulty = 0
+    if len(fields) == 10:
+        try:
+            difficulty = int(fields[9])
+        except ValueError:
+            raise ValueError(f"difficulty must be an integer, got {fields[9]!r}") from None
+    return coords, fields[8], difficulty
+
+
+@DATASETS.register_module()
+class DOTADataset(BaseDetDataset):
+    """DOTA-format rotated-box dataset (DOTA-v1.0's 15 classes unless `metainfo.classes` says otherwise).
+
+    Args:
+        ann_file: folder (relative to data_root) holding one `<image stem>.txt` per image. Empty
+            string: no annotations (test set), the images in `data_prefix['img_path']` are listed.
+        data_prefix: dict(img_path=folder of the images).
+        img_suffixes: image file endings tried for each annotation file.
+        on_bad_line: 'error' raises DOTAAnnotationError naming file and line for a malformed line
+            or a missing image; 'warn' logs a warning and skips the line (or the image).
+        ignore_difficult: flag objects with difficulty >= 1 as `ignore_flag=1` (mmdet then packs
+            them into `ignored_instances`; the metric ignores them). False trains on them too.
+        filter_cfg: dict(filter_empty_gt=True) drops training images without (non-ignored) objects.
+    Objects whose class is not in `classes` are left out (train on a subset of the classes).
+    """
+
+    METAINFO = dict(classes=DOTA_V1_CLASSES,
+                    palette=[(165, 42, 42), (189, 183, 107), (0, 255, 0), (255, 0, 0), (138, 43, 226),
+                             (255, 128, 0), (255, 0, 255), (0, 255, 255), (255, 193, 193),
+                             (0, 51, 153), (255, 250, 205), (0, 139, 139), (255, 255, 0),
+                             (147, 116, 116), (0, 0, 255)])
+
+    def __init__(self, *args, img_suffixes: Union[str, Sequence[str]] = ('png', 'jpg', 'tif', 'bmp'),
+                 on_bad_line: str = 'error', ignore_difficult: bool = True, **kwargs) -> None:
+        if on_bad_line not in ('error', 'warn'):
+            raise ValueError(f"DOTADataset: on_bad_line must be 'error' or 'warn', got {on_bad_line!r}")
+        self.img_suffixes = (img_suffixes,) if isinstance(img_suffixes, str) else tuple(img_suffixes)
+        self.on_bad_line = on_bad_line
+        self.ignore_difficult = ignore_difficult
+        super().__init__(*args, **kwargs)
+
+    def _bad(self, message: str) -> None:
+        if self.on_bad_line == 'error':
+            raise DOTAAnnotationError(message)
+        warnings.warn(f'DOTADataset: skipped: {message}', DOTAAnnotationWarning)
+
+    def _find_image(self, stem: str) -> Optional[str]:
+        for suffix in self.img_suffixes:
+            path = osp.join(self.data_prefix['img_path'], f'{stem}.{suffix.lstrip(".")}')
+            if osp.isfile(path):
+                return path
+        return None
+
+    def load_data_list(self) -> List[dict]:
+        img_dir = self.data_prefix.get('img_path', '')
+        if not osp.isdir(img_dir):
+            raise DOTAAnnotationError(f"DOTADataset: image folder {img_dir!r} (data_prefix['img_path']) "
+                                      "does not exist")
+        if not self.ann_file:  # no annotations: every image, without instances
+            paths = sorted(p for s in self.img_suffixes for p in glob.glob(osp.join(img_dir, f'*.{s}')))
+            return [self._image_info(p, []) for p in paths]
+        if not osp.isdir(self.ann_file):
+            raise DOTAAnnotationError(f'DOTADataset: ann_file must be a folder of DOTA txt files, '
+                                      f'{self.ann_file!r} is not a folder')
+        class_ids = {name: i for i, name in enumerate(self.metainfo['classes'])}
+        data_list = []
+        for txt in sorted(glob.glob(osp.join(self.ann_file, '*.txt'))):
+            stem = osp.splitext(osp.basename(txt))[0]
+            img_path = self._find_image(stem)
+            if img_path is None:
+                self._bad(f'{txt}: no image {stem}.{{{",".join(self.img_suffixes)}}} in {img_dir}')
+                continue
+            data_list.append(self._image_info(img_path, self._parse_file(txt, class_ids)))
+        return data_list
+
+    def _parse_file(self, txt: str, class_ids: dict) -> List[dict]:
+        rows = []  # (line number, line, coords, class, difficulty)
+        with open(txt) as f:
+            lines = f.readlines()
+        for number, line in enumerate(lines, start=1):
+            try:
+                parsed = parse_dota_line(line)
+            except ValueError as error:
+                self._bad(f'{txt}, line {number}: {error}: {line.strip()!r}')
+                continue
+            if parsed is not None:
+                rows.append((number, line, *parsed))
+        if not rows:
+            return []
+        # One minimum-area-rectangle fit per file (per line is slow on DOTA's dense images).
+        rboxes = qbox2rbox(np.array([row[2] for row in rows], dtype=np.float64)).tolist()
+        instances = []
+        for (number, line, coords, name, difficulty), rbox in zip(rows, rboxes):
+            if rbox[2] * rbox[3] <= 0:
+                self._bad(f'{txt}, line {number}: degenerate polygon (zero area): {line.strip()!r}')
+                continue
+            if name not in class_ids:
+                continue
+            ignore = self.ignore_difficult and difficulty >= 1
+            instances.append(dict(bbox=rbox, bbox_label=class_ids[name], ignore_flag=int(ignore),
+                                  polygon=coords, difficulty=difficulty))
+        return instances
+
+    @staticmethod
+    def _image_info(img_path: str, instances: List[dict]) -> dict:
+        with Image.open(img_path) as image:  # reads the header only
+            width, height = image.size
+        img_id = osp.splitext(osp.basename(img_path))[0]
+        return dict(img_path=img_path, img_id=img_id, file_name=osp.basename(img_path),
+                    width=width, height=height, instances=instances)
+
+    def filter_data(self) -> List[dict]:
+        """Drops images without non-ignored objects when filter_cfg.filter_empty_gt (training only)."""
+        if self.test_mode or not self.filter_cfg or not self.filter_cfg.get('filter_empty_gt', False):
+            return self.data_list
+        return [info for info in self.data_list
+                if any(not inst['ignore_flag'] for inst in info['instances'])]

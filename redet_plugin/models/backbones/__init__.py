@@ -1,0 +1,1 @@
+from .re_resnet import ReResNet  # noqa: F401

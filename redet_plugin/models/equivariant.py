@@ -1,0 +1,190 @@
+"""Building blocks for rotation-equivariant networks (e2cnn, cyclic group C_N, regular fields).
+
+A feature map with `channels` plain channels is `channels // N` regular fields; e2cnn lays a
+regular field out as N consecutive channels, so channel index = field * N + orientation, which is
+the layout RiRoIAlignRotated reads. Rotating the input image counter-clockwise on screen (image
+y axis pointing down) by k * 2*pi/N rotates every feature map the same way and moves orientation
+channel o to (o + k) mod N: torch.rot90(image, 1, (2, 3)) moves o to o + 2 for C8
+(tests/test_models/test_re_resnet.py). Boxes whose angle theta turns the x axis towards +y (le90,
+RiRoIAlign with clockwise=True) get theta - pi/2 under that rotation, and RiRoIAlign's
+orientation shift floor(theta * N / 2pi) drops by 2: the two agree (test_redet_promise.py).
+
+The equivariant modules keep e2cnn's GeometricTensor inside a network and plain tensors at its
+borders, so mmdet components see ordinary tensors. `convert_to_plain` swaps every e2cnn module for
+the plain PyTorch module with the same numbers (e2cnn's `export`), for fast inference.
+"""
+import functools
+import math
+
+import torch
+from torch import nn
+
+from e2cnn import gspaces
+from e2cnn import nn as enn
+from e2cnn.nn.init import _generalized_he_init_variances, generalized_he_init
+
+NUM_ORIENTATIONS = 8
+
+
+@functools.lru_cache(maxsize=None)
+def rotation_gspace(num_orientations: int = NUM_ORIENTATIONS) -> gspaces.GSpace:
+    """The C_N rotation group acting on the plane (one shared instance per N, so field types match)."""
+    return gspaces.Rot2dOnR2(N=num_orientations)
+
+
+def regular_type(channels: int, num_orientations: int = NUM_ORIENTATIONS,
+                 arg_name: str = "channels") -> enn.FieldType:
+    """`channels` plain channels as channels // N regular fields."""
+    if channels <= 0 or channels % num_orientations != 0:
+        raise ValueError(f"{arg_name} must be a positive multiple of num_orientations="
+                         f"{num_orientations} (regular fields of C{num_orientations}); got {channels}")
+    gspace = rotation_gspace(num_orientations)
+    return enn.FieldType(gspace, [gspace.regular_repr] * (channels // num_orientations))
+
+
+def trivial_type(channels: int, num_orientations: int = NUM_ORIENTATIONS) -> enn.FieldType:
+    """`channels` scalar fields (e.g. the RGB channels of an image)."""
+    gspace = rotation_gspace(num_orientations)
+    return enn.FieldType(gspace, [gspace.trivial_repr] * channels)
+
+
+def r2conv(in_type: enn.FieldType, out_type: enn.FieldType, kernel_size: int, stride: int = 1,
+           padding: int = 0, bias: bool = False) -> enn.R2Conv:
+    """An equivariant conv, initialised like e2cnn's generalised He init, but fast (see he_init_)."""
+    conv = _bare_r2conv(in_type, out_type, kernel_size, stride, padding, bias)
+    he_init_(conv)
+    return conv
+
+
+class CachedFilterR2Conv(enn.R2Conv):
+    """e2cnn's R2Conv whose eval-mode filter cache never enters state_dict.
+
+    e2cnn keeps the expanded filter (and bias) as buffers: a zero one from construction, a real one
+    after eval(). As persistent buffers they would make checkpoints depend on the mode they were
+    saved in (and a strict load into an eval-mode model fail), and hold a dense copy of every
+    filter in train mode.
+    """
+
+    _CACHE = ("filter", "expanded_bias")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._drop_cache()
+        # an eval-mode conv must not keep running with the filter of the weights before loading
+        self.register_load_state_dict_post_hook(_refresh_after_load)
+
+    def _drop_cache(self):
+        for name in self._CACHE:
+            if name in self._buffers:
+                del self._buffers[name]
+            elif name in self.__dict__:
+                del self.__dict__[name]
+
+    def train(self, mode: bool = True):
+        if mode:
+            self._drop_cache()
+        super().train(mode)
+        self._non_persistent_buffers_set.update(self._CACHE)
+        return self
+
+    @torch.no_grad()
+    def refresh_cache(self):
+        """Rebuild the eval-mode filter from the current weights (e.g. after load_state_dict)."""
+        if not self.training:
+            self._drop_cache()
+            self.training = True
+            self.train(False)
+
+
+def _bare_r2conv(in_type, out_type, kernel_size, stride=1, padding=0, bias=False) -> enn.R2Conv:
+    # frequencies_cutoff = 3 r is the basis the published ReDet checkpoints were trained with;
+    # the same basis is needed for their coefficients to mean the same filters.
+    return CachedFilterR2Conv(in_type, out_type, kernel_size, stride=stride, padding=padding,
+                              bias=bias, sigma=None, frequencies_cutoff=lambda r: 3 * r,
+                              initialize=False)
+
+
+@torch.no_grad()
+def he_init_(conv: enn.R2Conv) -> None:
+    """e2cnn's generalized_he_init in milliseconds for convs between fields of one kind each.
+
+    e2cnn computes a std per basis coefficient by a Python loop over all coefficients (46 of the
+    61 s that building ReResNet-50 took). With n_in equal input fields, each output irrep's count of
+    basis elements per input irrep is n_in times that of a one-field-to-one-field conv, so the std
+    is that conv's std / sqrt(n_in); coefficients are laid out (out field, in field, block basis).
+    tests/test_models/test_re_resnet.py checks this against e2cnn's own computation.
+    """
+    in_names = {r.name for r in conv.in_type.representations}
+    out_names = {r.name for r in conv.out_type.representations}
+    if len(in_names) != 1 or len(out_names) != 1:  # mixed fields: e2cnn's own (slow) init
+        generalized_he_init(conv.weights.data, conv.basisexpansion)
+        return
+    n_in, n_out = len(conv.in_type), len(conv.out_type)
+    block_std = _one_field_he_std(conv.in_type.representations[0].name,
+                                  conv.out_type.representations[0].name, conv.kernel_size,
+                                  conv.in_type.gspace)
+    std = (block_std / math.sqrt(n_in)).repeat(n_out * n_in)
+    conv.weights.data.copy_(std * torch.randn_like(std))
+
+
+@functools.lru_cache(maxsize=None)
+def _one_field_he_std(in_name: str, out_name: str, kernel_size: int, gspace) -> torch.Tensor:
+    one_in = enn.FieldType(gspace, [gspace.representations[in_name]])
+    one_out = enn.FieldType(gspace, [gspace.representations[out_name]])
+    block = _bare_r2conv(one_in, one_out, kernel_size)
+    return _generalized_he_init_variances(block.basisexpansion)
+
+
+def to_plain(x):
+    """A plain tensor from a GeometricTensor (or the tensor itself once the model is exported)."""
+    return x.tensor if isinstance(x, enn.GeometricTensor) else x
+
+
+class EquivariantNetwork(nn.Module):
+    """Mixin for networks built from e2cnn modules with plain tensors at their borders.
+
+    - `export()` turns the network into plain PyTorch modules (in place; eval mode).
+    """
+
+    exported = False
+
+    def export(self):
+        """Replace every e2cnn module by its plain PyTorch equivalent (in place); returns self."""
+        if not self.exported:
+            param = next(self.parameters(), None)
+            _export_children(self)
+            self.exported = True
+            if param is not None:  # exported BatchNorms are created on the CPU
+                self.to(param.device)
+        return self.eval()
+
+    def wrap_input(self, x: torch.Tensor, field_type: enn.FieldType, arg_name: str):
+        if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != field_type.size:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{type(self).__name__}: {arg_name} must be a (N, {field_type.size}, H, W) "
+                             f"tensor; got {got}")
+        return self.wrap(x, field_type)
+
+    def wrap(self, x: torch.Tensor, field_type: enn.FieldType):
+        """`x` as a GeometricTensor of `field_type`; the plain tensor itself once exported."""
+        return x if self.exported else enn.GeometricTensor(x, field_type)
+
+
+def _export_children(module: nn.Module) -> None:
+    for name, child in module.named_children():
+        if isinstance(child, enn.EquivariantModule):
+            setattr(module, name, child.export())
+        else:
+            _export_children(child)
+
+
+def _refresh_after_load(conv: CachedFilterR2Conv, _incompatible_keys) -> None:
+    conv.refresh_cache()
+
+
+def convert_to_plain(model: nn.Module) -> nn.Module:
+    """Export every equivariant network inside `model` (e.g. a whole detector) to plain PyTorch."""
+    for m in list(model.modules()):
+        if isinstance(m, EquivariantNetwork):
+            m.export()
+    return model

@@ -1,0 +1,1 @@
+from .re_fpn import ReFPN  # noqa: F401

@@ -1,0 +1,198 @@
+"""ReResNet: shapes, channel layout / rotation equivariance, export to plain PyTorch, training modes."""
+import pytest
+import torch
+from e2cnn import nn as enn
+from e2cnn.nn.init import _generalized_he_init_variances
+from mmdet.registry import MODELS
+from torch.nn.modules.batchnorm import _BatchNorm
+
+import redet_plugin  # noqa: F401  (registers ReResNet)
+from redet_plugin.models.backbones import ReResNet
+from redet_plugin.models.equivariant import (convert_to_plain, he_init_, r2conv, regular_type,
+                                             trivial_type)
+
+TINY = dict(depth=18, base_channels=16)
+
+
+def rel_err(a, b):
+    return ((a - b).norm() / b.norm()).item()
+
+
+def cycle_orientations(f, steps, n=8):
+    """Channel field*n + o of the result holds channel field*n + (o - steps) mod n of `f`."""
+    b, c, h, w = f.shape
+    return f.reshape(b, c // n, n, h, w).roll(steps, dims=2).reshape(b, c, h, w)
+
+
+def randomize_norms(model):
+    """Non-trivial affine params and running stats, so the export and load checks see them."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, _BatchNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    model = ReResNet(**TINY)
+    randomize_norms(model)
+    return model.eval()
+
+
+def test_tiny_shapes_and_channels(tiny):
+    outs = tiny(torch.randn(2, 3, 64, 48))
+    assert tiny.out_channels == [16, 32, 64, 128]
+    assert [tuple(o.shape) for o in outs] == [(2, 16, 16, 12), (2, 32, 8, 6), (2, 64, 4, 3), (2, 128, 2, 2)]
+    assert all(type(o) is torch.Tensor for o in outs)
+
+
+def test_resnet50_full_width_shapes():
+    model = MODELS.build(dict(type="ReResNet", depth=50, out_indices=(0, 1, 2, 3)))
+    assert model.out_channels == [256, 512, 1024, 2048]
+    with torch.no_grad():
+        outs = model.eval()(torch.randn(1, 3, 32, 32))
+    assert [tuple(o.shape) for o in outs] == [(1, 256, 8, 8), (1, 512, 4, 4), (1, 1024, 2, 2),
+                                              (1, 2048, 1, 1)]
+
+
+def test_out_indices_and_num_stages():
+    model = ReResNet(depth=34, base_channels=8, num_stages=3, out_indices=(1, 2)).eval()
+    outs = model(torch.randn(1, 3, 32, 32))
+    assert model.out_channels == [16, 32]
+    assert [tuple(o.shape) for o in outs] == [(1, 16, 4, 4), (1, 32, 2, 2)]
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_rotation_by_90_degrees_cycles_orientations_by_two(tiny, mode):
+    """torch.rot90(k=1) (counter-clockwise on screen, y down) rotates every feature map the same
+    way and moves orientation o to o + 2: 90 degrees = 2 steps of C8. Odd sizes (33 -> 17 -> 9 ->
+    5 -> 3 -> 2) keep the strided sampling grid symmetric, so the equality is exact."""
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 33, 33)
+    tiny.train(mode == "train")
+    try:
+        with torch.no_grad():
+            feats, feats_rot = tiny(x), tiny(torch.rot90(x, 1, (2, 3)))
+    finally:
+        tiny.eval()
+    for f, f_rot in zip(feats, feats_rot):
+        expected = cycle_orientations(torch.rot90(f, 1, (2, 3)), 2)
+        assert rel_err(f_rot, expected) < 1e-4
+        # the other direction is wrong: the test can tell them apart
+        assert rel_err(f_rot, cycle_orientations(torch.rot90(f, 1, (2, 3)), -2)) > 0.1
+
+
+def test_even_sizes_break_exact_equivariance(tiny):
+    # documents a limit of strided CNNs: with even sizes the stride-2 grid is not symmetric
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        f, f_rot = tiny(x)[-1], tiny(torch.rot90(x, 1, (2, 3)))[-1]
+    assert rel_err(f_rot, cycle_orientations(torch.rot90(f, 1, (2, 3)), 2)) > 1e-2
+
+
+@pytest.mark.parametrize("in_type,kernel_size", [("regular", 3), ("regular", 1), ("trivial", 7)])
+def test_fast_he_init_matches_e2cnn(in_type, kernel_size):
+    src = regular_type(24) if in_type == "regular" else trivial_type(3)
+    conv = r2conv(src, regular_type(16), kernel_size)
+    expected_std = _generalized_he_init_variances(conv.basisexpansion)
+    torch.manual_seed(0)
+    he_init_(conv)
+    torch.manual_seed(0)
+    assert torch.allclose(conv.weights, expected_std * torch.randn_like(expected_std), rtol=1e-6)
+
+
+def test_export_gives_the_same_outputs():
+    torch.manual_seed(0)
+    model = ReResNet(**TINY)
+    randomize_norms(model)
+    model.eval()
+    x = torch.randn(2, 3, 40, 56)
+    with torch.no_grad():
+        before = model(x)
+        convert_to_plain(model)
+        after = model(x)
+    assert model.exported and not model.training
+    assert not any(isinstance(m, enn.EquivariantModule) for m in model.modules())
+    assert any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+    for a, b in zip(after, before):
+        assert rel_err(a, b) < 1e-5
+
+
+def test_train_forward_backward_reaches_every_parameter():
+    torch.manual_seed(0)
+    model = ReResNet(**TINY).train()
+    outs = model(torch.randn(2, 3, 64, 64))
+    sum((o * torch.randn_like(o)).sum() for o in outs).backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
+
+
+def test_norm_eval_keeps_running_stats():
+    model = ReResNet(**TINY, norm_eval=True).train()
+    bns = [m for m in model.modules() if isinstance(m, _BatchNorm)]
+    assert bns and all(not m.training for m in bns)
+    stats = [m.running_mean.clone() for m in bns]
+    model(torch.randn(2, 3, 32, 32))
+    assert all(torch.equal(s, m.running_mean) for s, m in zip(stats, bns))
+    model_default = ReResNet(**TINY).train()
+    assert all(m.training for m in model_default.modules() if isinstance(m, _BatchNorm))
+
+
+def test_frozen_stages():
+    model = ReResNet(**TINY, frozen_stages=1).train()
+    frozen = [model.conv1, model.bn1, model.layer1]
+    assert all(not p.requires_grad for m in frozen for p in m.parameters())
+    assert all(not m.training for f in frozen for m in f.modules())
+    assert all(p.requires_grad for p in model.layer2.parameters()) and model.layer2.training
+    outs = model(torch.randn(1, 3, 32, 32))
+    sum(o.sum() for o in outs).backward()
+    assert all(p.grad is None for m in frozen for p in m.parameters())
+    assert all(p.grad is not None for p in model.layer2.parameters())
+
+
+def test_state_dict_independent_of_mode_and_loads_into_eval_model():
+    torch.manual_seed(0)
+    src = ReResNet(**TINY)
+    randomize_norms(src)
+    train_keys = set(src.state_dict())
+    src.eval()
+    assert set(src.state_dict()) == train_keys  # e2cnn's filter cache stays out of checkpoints
+    assert not any(k.endswith(".filter") for k in train_keys)
+    dst = ReResNet(**TINY).eval()  # caches filters of its own (random) weights
+    dst.load_state_dict(src.state_dict())
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        assert all(torch.equal(a, b) for a, b in zip(dst(x), src(x)))
+
+
+def test_zero_init_residual():
+    model = ReResNet(**TINY)
+    model.init_weights()
+    for block in list(model.layer1) + list(model.layer4):
+        weights = [m.weight for m in block.bn2.modules() if isinstance(m, _BatchNorm)]
+        assert weights and all(torch.all(w == 0) for w in weights)
+    assert all(torch.all(m.weight == 1) for m in model.bn1.modules() if isinstance(m, _BatchNorm))
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(depth=20), KeyError, "depth must be one of"),
+    (dict(depth=18, base_channels=12), ValueError, "multiple of num_orientations=8"),
+    (dict(depth=18, stem_channels=20), ValueError, "stem_channels must be a positive multiple"),
+    (dict(depth=18, out_indices=(4,)), ValueError, "out_indices must lie in"),
+    (dict(depth=18, style="tf"), ValueError, "style must be"),
+    (dict(depth=18, frozen_stages=5), ValueError, "frozen_stages must be in"),
+    (dict(depth=18, pretrained="a.pth", init_cfg=dict(type="Pretrained", checkpoint="a.pth")),
+     ValueError, "either pretrained or init_cfg"),
+])
+def test_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ReResNet(**kwargs)
+
+
+def test_bad_input(tiny):
+    with pytest.raises(ValueError, match=r"x must be a \(N, 3, H, W\) tensor; got \(1, 4, 8, 8\)"):
+        tiny(torch.randn(1, 4, 8, 8))

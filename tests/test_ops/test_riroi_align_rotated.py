@@ -1,0 +1,545 @@
+"""RiRoIAlignRotated against the plain reference (tests/test_ops/_reference.py): spatial rules of
+mmcv / ReDet, continuous orientation interpolation by default, the peer's with legacy_orientation."""
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from redet_plugin.ops import (RiRoIAlignRotated, riroi_align_rotated,
+                              riroi_align_rotated_multilevel)
+from tests.test_ops._reference import riroi_align_rotated_reference as reference
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+# Measured max |error| against the float64 reference on the same (rounded) inputs, outputs and
+# gradients of scale 2-4 (5 seeds, CPU): forward / backward float32 1.3e-6 / 1.6e-6 (the float
+# geometry's rounding), float16 4.9e-4 / 1.5e-3, bfloat16 3.9e-3 / 8.7e-3 (the output's own
+# rounding dominates; sums are accumulated in float32).
+FORWARD_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
+BACKWARD_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+
+
+def random_rois(num_rois, num_images, map_size, scale, generator, dtype=torch.float64):
+    """Rotated RoIs in image coordinates: centres up to 20% off the map, sizes from sub-pixel to
+    1.5x the map, angles in [-2pi, 2pi)."""
+    g = generator
+    extent = map_size / scale
+    batch = torch.randint(0, num_images, (num_rois, 1), generator=g).double()
+    centre = torch.rand(num_rois, 2, generator=g, dtype=torch.float64) * extent * 1.4 - extent * 0.2
+    size = torch.rand(num_rois, 2, generator=g, dtype=torch.float64) ** 2 * extent * 1.5
+    theta = (torch.rand(num_rois, 1, generator=g, dtype=torch.float64) * 4 - 2) * math.pi
+    return torch.cat([batch, centre, size, theta], dim=1).to(dtype)
+
+
+def make_case(seed, dtype=torch.float64, n=2, fields=2, nO=8, h=13, w=17, k=12, scale=0.5):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, fields * nO, h, w, generator=g, dtype=torch.float64).to(dtype)
+    return x, random_rois(k, n, max(h, w), scale, g, dtype)
+
+
+def call(x, rois, output_size=(3, 4), scale=0.5, num_samples=2, nO=8, clockwise=False, legacy=False):
+    return riroi_align_rotated(x, rois, output_size, scale, num_samples, nO, clockwise, legacy)
+
+
+def call_reference(x, rois, output_size=(3, 4), scale=0.5, num_samples=2, nO=8, clockwise=False,
+                   legacy=False):
+    return reference(x, rois, output_size, scale, num_samples, nO, clockwise, legacy)
+
+
+def reference_grad(x, rois, grad, **kwargs):
+    xr = x.detach().double().requires_grad_(True)
+    if rois.shape[0] == 0:
+        return torch.zeros_like(xr)
+    call_reference(xr, rois, **kwargs).backward(grad.double())
+    return xr.grad
+
+
+# ------------------------------------------ correctness ------------------------------------------
+@pytest.mark.parametrize("clockwise", [False, True])
+@pytest.mark.parametrize("legacy", [False, True])
+@pytest.mark.parametrize("num_samples, output_size", [(0, (3, 4)), (2, (7, 7)), (1, (1, 2))])
+def test_matches_reference_float64(clockwise, legacy, num_samples, output_size):
+    x, rois = make_case(1)
+    x.requires_grad_(True)
+    kwargs = dict(output_size=output_size, num_samples=num_samples, clockwise=clockwise, legacy=legacy)
+    out = call(x, rois, **kwargs)
+    torch.testing.assert_close(out, call_reference(x, rois, **kwargs), rtol=0, atol=1e-12)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    torch.testing.assert_close(x.grad, reference_grad(x, rois, grad, **kwargs), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dtypes_match_reference(dtype):
+    x, rois = make_case(2, dtype, k=30)
+    x.requires_grad_(True)
+    out = call(x, rois, num_samples=0)
+    assert out.dtype == dtype
+    ref = call_reference(x, rois, num_samples=0)
+    torch.testing.assert_close(out.double(), ref, rtol=0, atol=FORWARD_ATOL[dtype])
+    grad = torch.randn(out.shape, dtype=torch.float64).to(dtype)
+    out.backward(grad)
+    assert x.grad.dtype == dtype
+    torch.testing.assert_close(x.grad.double(), reference_grad(x, rois, grad, num_samples=0),
+                               rtol=0, atol=BACKWARD_ATOL[dtype])
+
+
+def test_num_orientations_and_shapes():
+    for nO, fields in [(1, 3), (2, 2), (3, 2), (4, 1), (16, 1)]:
+        x, rois = make_case(3, nO=nO, fields=fields, h=6, w=9, k=5)
+        out = call(x, rois, nO=nO, num_samples=0)
+        assert out.shape == (5, nO * fields, 3, 4)
+        torch.testing.assert_close(out, call_reference(x, rois, nO=nO, num_samples=0), rtol=0, atol=1e-12)
+
+
+def test_orientation_channels_are_shifted_by_the_angle():
+    """A RoI turned by exactly one orientation step reads its fields shifted by one channel."""
+    x = torch.randn(1, 8, 9, 9, dtype=torch.float64)
+    step = 2 * math.pi / 8
+    # A 1-pixel RoI at a pixel centre samples that pixel whatever its angle.
+    base = call(x, torch.tensor([[0, 4.0, 4.0, 1, 1, 0.0]], dtype=torch.float64), 1, 1.0, 1)
+    turned = call(x, torch.tensor([[0, 4.0, 4.0, 1, 1, 3 * step]], dtype=torch.float64), 1, 1.0, 1)
+    torch.testing.assert_close(turned.flatten(), base.flatten().roll(3), rtol=0, atol=1e-9)
+    torch.testing.assert_close(base.flatten(), x[0, :, 4, 4])
+
+
+def test_list_of_boxes_module_and_out_size_alias():
+    x, rois = make_case(4, k=6)
+    boxes = [rois[rois[:, 0] == i, 1:] for i in range(2)]
+    ordered = torch.cat([rois[rois[:, 0] == i] for i in range(2)])
+    module = RiRoIAlignRotated(out_size=3, spatial_scale=0.5, num_samples=2, clockwise=True)
+    assert module.output_size == (3, 3)
+    assert "clockwise=True" in repr(module) and "legacy_orientation=False" in repr(module)
+    torch.testing.assert_close(module(x, boxes), call(x, ordered, (3, 3), clockwise=True))
+    assert RiRoIAlignRotated((2, 5), 0.25).output_size == (2, 5)
+    with pytest.raises(ValueError, match="disagree"):
+        RiRoIAlignRotated(output_size=3, out_size=4)
+    with pytest.raises(TypeError, match="pass output_size"):
+        RiRoIAlignRotated()
+
+
+def test_non_contiguous_inputs():
+    x, rois = make_case(5, dtype=torch.float32)
+    x_nc = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # channels-last strides
+    rois_nc = rois.new_zeros(rois.shape[0], 12)[:, ::2].copy_(rois)
+    assert not x_nc.is_contiguous() and not rois_nc.is_contiguous()
+    x_nc.requires_grad_(True)
+    out = call(x_nc, rois_nc)
+    torch.testing.assert_close(out, call(x, rois), rtol=0, atol=0)
+    grad = torch.randn(out.shape[::-1]).permute(3, 2, 1, 0)  # non-contiguous grad_output
+    out.backward(grad)
+    torch.testing.assert_close(x_nc.grad.double(), reference_grad(x, rois, grad), rtol=0, atol=1e-5)
+
+
+def test_no_rois_gives_empty_output_and_zero_grad():
+    x = torch.randn(1, 8, 5, 5, requires_grad=True)
+    out = call(x, torch.zeros(0, 6))
+    assert out.shape == (0, 8, 3, 4)
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+
+
+def test_gradcheck_and_gradgradcheck_float64():
+    x, rois = make_case(6, fields=1, nO=4, h=6, w=7, k=4)
+    x.requires_grad_(True)
+    for legacy in (False, True):
+        fn = lambda inp: call(inp, rois, (2, 3), nO=4, legacy=legacy)  # noqa: E731
+        assert torch.autograd.gradcheck(fn, (x,))
+        assert torch.autograd.gradgradcheck(fn, (x,))
+
+
+def test_rois_requiring_grad_get_none_and_do_not_crash():
+    x, rois = make_case(7)
+    rois.requires_grad_(True)
+    out = call(x, rois)  # only rois require grad (the peer crashes here)
+    out.sum().backward()
+    assert rois.grad is None
+    x.requires_grad_(True)
+    call(x, rois).sum().backward()
+    assert rois.grad is None and x.grad is not None
+
+
+# ------------------------------------ orientation: continuity ------------------------------------
+def _outputs_around_boundaries(legacy, nO=8, eps=1e-4):
+    """Largest change of the output when theta crosses k * 2pi / nO by +-eps, k = -nO..nO."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(1, 2 * nO, 24, 24, generator=g, dtype=torch.float64)
+    thetas = [k * 2 * math.pi / nO for k in range(-nO, nO + 1)]
+    worst = 0.0
+    for theta in thetas:
+        below, above = (torch.tensor([[0, 12.0, 12.0, 10.0, 7.0, theta + d]], dtype=torch.float64)
+                        for d in (-eps, eps))
+        change = (call(x, below, 3, 1.0, nO=nO, legacy=legacy)
+                  - call(x, above, 3, 1.0, nO=nO, legacy=legacy)).abs().max().item()
+        worst = max(worst, change)
+    return worst, x.abs().max().item()
+
+
+def test_output_is_continuous_across_orientation_boundaries():
+    worst, _ = _outputs_around_boundaries(legacy=False)
+    assert worst < 100 * 1e-4  # O(eps): the spatial grid turns by 2e-4 rad, nothing jumps
+
+
+def test_legacy_orientation_jumps_like_the_peer():
+    worst, _ = _outputs_around_boundaries(legacy=True)
+    assert worst > 0.3  # jumps by two channels' difference
+
+
+def test_default_equals_legacy_where_the_neighbour_weight_is_zero():
+    x, _ = make_case(9)
+    step = 2 * math.pi / 8
+    rois = torch.tensor([[0, 10.0, 12.0, 9.0, 14.0, k * step] for k in range(-3, 4)],
+                        dtype=torch.float64)
+    torch.testing.assert_close(call(x, rois), call(x, rois, legacy=True), rtol=0, atol=1e-9)
+
+
+# ---------------------------------- orientation: rotation invariance ----------------------------------
+def _equivariant_pair(seed, fields=3, size=21):
+    """Features F of an image and F' of the image rotated by 90 degrees (torch.rot90, k=1) about
+    the map centre, exactly equivariant for nO = 4: F' = rot90 of F with every field's channels
+    cycled by one (F'[c*4 + o] = rot90(F[c*4 + o - 1]))."""
+    g = torch.Generator().manual_seed(seed)
+    f = torch.randn(1, fields * 4, size, size, generator=g, dtype=torch.float64)
+    rotated = torch.rot90(f.view(1, fields, 4, size, size).roll(1, dims=2), 1, dims=(-2, -1))
+    return f, rotated.reshape(f.shape)
+
+
+def _rotate_roi(roi, size):
+    """roi (cx, cy, w, h, theta) after torch.rot90(k=1) of a size x size map: the centre moves to
+    (cy, size - 1 - cx); the RoI turns by -pi/2 in the op's angle convention when clockwise=True."""
+    b, cx, cy, w, h, theta = roi
+    return [b, cy, size - 1 - cx, w, h, theta - math.pi / 2]
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_rotation_invariance_holds_with_clockwise_true(legacy):
+    size = 21
+    f, f_rotated = _equivariant_pair(10, size=size)
+    g = torch.Generator().manual_seed(11)
+    rois = random_rois(20, 1, size, 1.0, g).tolist()
+    rotated = torch.tensor([_rotate_roi(r, size) for r in rois], dtype=torch.float64)
+    rois = torch.tensor(rois, dtype=torch.float64)
+    ours = call(f, rois, 3, 1.0, nO=4, clockwise=True, legacy=legacy)
+    theirs = call(f_rotated, rotated, 3, 1.0, nO=4, clockwise=True, legacy=legacy)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-9)
+
+
+def test_rotation_invariance_fails_with_clockwise_false():
+    """With clockwise=False the RoI would have to turn by +pi/2, and the output comes out cycled
+    by two channels: the convention matters."""
+    size = 21
+    f, f_rotated = _equivariant_pair(12, size=size)
+    roi = [0, 10.0, 10.0, 9.0, 5.0, 0.3]
+    turned = [0, 10.0, 10.0, 9.0, 5.0, 0.3 + math.pi / 2]
+    ours = call(f, torch.tensor([roi], dtype=torch.float64), 3, 1.0, nO=4)
+    theirs = call(f_rotated, torch.tensor([turned], dtype=torch.float64), 3, 1.0, nO=4)
+    assert (ours - theirs).abs().max() > 0.1
+    cycled = ours.view(1, 3, 4, 3, 3).roll(-2, dims=2).reshape(ours.shape)
+    torch.testing.assert_close(cycled, theirs, rtol=0, atol=1e-9)
+
+
+# ------------------------------------------ multi-level ------------------------------------------
+def _levels_case(seed, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    sizes = [(24, 20), (12, 10), (6, 5), (3, 3)]
+    scales = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
+    features = [torch.randn(2, 16, h, w, generator=g, dtype=torch.float64).to(dtype) for h, w in sizes]
+    rois = random_rois(24, 2, 24, 1 / 4, g, dtype)
+    levels = torch.randint(0, 3, (24,), generator=g)  # level 3 gets no RoI
+    return features, rois, levels, scales
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_multilevel_equals_per_level_calls(dtype):
+    features, rois, levels, scales = _levels_case(13, dtype)
+    fused_inputs = [f.clone().requires_grad_(True) for f in features]
+    loop_inputs = [f.clone().requires_grad_(True) for f in features]
+    fused = riroi_align_rotated_multilevel(fused_inputs, rois, levels, scales, (3, 4), 2, 8, True)
+    loop = fused.new_zeros(fused.shape)
+    for level, (feature, scale) in enumerate(zip(loop_inputs, scales)):
+        index = (levels == level).nonzero().flatten()
+        loop = loop.index_put((index,), call(feature, rois[index], (3, 4), scale, 2, 8, True))
+    assert torch.equal(fused, loop)
+    grad = torch.randn(fused.shape, dtype=torch.float64).to(dtype)
+    fused.backward(grad)
+    loop.backward(grad)
+    for a, b in zip(fused_inputs, loop_inputs):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
+    assert torch.equal(fused_inputs[3].grad, torch.zeros_like(features[3]))  # not None
+
+
+def test_multilevel_gradcheck_opcheck_and_compile():
+    g = torch.Generator().manual_seed(14)
+    features = [torch.randn(2, 4, h, w, generator=g, dtype=torch.float64).requires_grad_(True)
+                for h, w in [(6, 5), (3, 3), (2, 2)]]
+    scales = [1 / 4, 1 / 8, 1 / 16]
+    rois = random_rois(6, 2, 6, 1 / 4, g)
+    levels = torch.tensor([0, 1, 2, 0, 1, 2])
+    fn = lambda *fs: riroi_align_rotated_multilevel(list(fs), rois, levels, scales, 2, 2, 4)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, tuple(features))
+    args = (features, rois, levels, scales, 2, 2, 2, 4, False, False)
+    torch.library.opcheck(torch.ops.redet.riroi_align_rotated_multilevel.default, args)
+    grad = torch.randn(6, 4, 2, 2, dtype=torch.float64)
+    backward_args = (grad, rois, levels, scales, 2, 4, False, False, 2, 4,
+                     [f.shape[2] for f in features], [f.shape[3] for f in features])
+    torch.library.opcheck(torch.ops.redet._riroi_align_rotated_multilevel_backward.default,
+                          backward_args)
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    compiled(*features).sum().backward()
+
+
+# ------------------------------- determinism, registration, compile -------------------------------
+def test_cpu_backward_is_bitwise_identical_across_runs_and_thread_counts():
+    x, rois = make_case(15, dtype=torch.float32, fields=4, h=20, w=20, k=60)
+    grad = torch.randn(60, 32, 7, 7)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for num_threads in (1, 2, 1, 2):
+            torch.set_num_threads(num_threads)
+            xi = x.clone().requires_grad_(True)
+            call(xi, rois, (7, 7)).backward(grad)
+            results.append(xi.grad)
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(results[0], r) for r in results[1:])
+
+
+def test_opcheck():
+    x, rois = make_case(16, fields=1, h=7, w=8, k=5)
+    x.requires_grad_(True)
+    for legacy in (False, True):
+        torch.library.opcheck(torch.ops.redet.riroi_align_rotated.default,
+                              (x, rois, 0.5, 3, 2, 2, 8, True, legacy))
+    grad = torch.randn(5, 8, 3, 2, dtype=torch.float64)
+    torch.library.opcheck(torch.ops.redet._riroi_align_rotated_backward.default,
+                          (grad, rois, 0.5, 2, 8, True, False, *x.shape))
+
+
+def test_torch_compile_fullgraph():
+    x, rois = make_case(17)
+    x.requires_grad_(True)
+    fn = lambda a, b: call(a, b, (3, 3), clockwise=True) * 2  # noqa: E731
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    out = compiled(x, rois)
+    torch.testing.assert_close(out, fn(x, rois))
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, reference_grad(x, rois, torch.full_like(out, 2.0),
+                                                      output_size=(3, 3), clockwise=True),
+                               rtol=0, atol=1e-12)
+
+
+# ------------------------------------------ bad inputs ------------------------------------------
+@pytest.mark.parametrize("bad_rois, message", [
+    (torch.zeros(3, 5, dtype=torch.float64), r"rois must be a \(K, 6\) tensor"),
+    ([torch.zeros(2, 6, dtype=torch.float64)], r"rois\[0\] must be a \(Ki, 5\)"),
+    (torch.tensor([[2.0, 5, 5, 4, 4, 0]], dtype=torch.float64), r"batch indices in \[0, 2\).*row 0"),
+    (torch.tensor([[-1.0, 5, 5, 4, 4, 0]], dtype=torch.float64), r"batch indices in \[0, 2\)"),
+    (torch.tensor([[0.5, 5, 5, 4, 4, 0]], dtype=torch.float64), "integer batch indices"),
+    (torch.tensor([[0, 5, 5, 4, 4, float("nan")]], dtype=torch.float64), "NaN or infinite"),
+    (torch.tensor([[0, 5, float("inf"), 4, 4, 0]], dtype=torch.float64), "NaN or infinite"),
+    (torch.zeros(1, 6), "same dtype as input"),
+])
+def test_bad_rois_are_named(bad_rois, message):
+    with pytest.raises((RuntimeError, ValueError, TypeError), match=message):
+        call(torch.randn(2, 16, 8, 8, dtype=torch.float64), bad_rois)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(output_size=0), "output_size must be positive"),
+    (dict(output_size=(2, -1)), "output_size must be positive"),
+    (dict(spatial_scale=0.0), "spatial_scale must be a positive"),
+    (dict(num_samples=-1), "num_samples must be >= 0"),
+    (dict(num_orientations=0), "num_orientations must be >= 1"),
+    (dict(num_orientations=3), r"channels of input \(16\) must be a multiple of num_orientations \(3\)"),
+])
+def test_bad_arguments_are_named(kwargs, message):
+    args = dict(output_size=2, spatial_scale=1.0, num_samples=0, num_orientations=8)
+    args.update(kwargs)
+    with pytest.raises((RuntimeError, ValueError, TypeError), match=message):
+        riroi_align_rotated(torch.randn(1, 16, 8, 8), torch.zeros(1, 6), **args)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((0.5, 2, 2, -1, 8, False, False), "num_samples must be >= 0"),
+    ((0.5, 2, 2, 0, 0, False, False), "num_orientations must be >= 1"),
+    ((0.5, 0, 2, 0, 8, False, False), "output_size must be positive"),
+    ((0.0, 2, 2, 0, 8, False, False), "spatial_scale must be a positive"),
+    ((0.5, 2, 2, 0, 5, False, False), r"must be a multiple of num_orientations \(5\)"),
+])
+def test_the_raw_op_checks_its_arguments(args, message):
+    with pytest.raises(RuntimeError, match=message):
+        torch.ops.redet.riroi_align_rotated(torch.randn(1, 16, 8, 8), torch.zeros(1, 6), *args)
+
+
+def test_bad_input_tensor_is_named():
+    with pytest.raises(RuntimeError, match=r"input must be a 4-D"):
+        call(torch.randn(16, 8, 8), torch.zeros(1, 6))
+    with pytest.raises(RuntimeError, match=r"input must be float16, bfloat16, float32 or float64"):
+        call(torch.zeros(1, 8, 8, 8, dtype=torch.int32), torch.zeros(1, 6, dtype=torch.int32))
+
+
+def test_bad_multilevel_arguments_are_named():
+    features, rois, levels, scales = _levels_case(18)
+    with pytest.raises(RuntimeError, match=r"levels must be in \[0, 4\); row 0 has 7"):
+        riroi_align_rotated_multilevel(features, rois, torch.full_like(levels, 7), scales, 2)
+    with pytest.raises(TypeError, match="levels must be an int64"):
+        riroi_align_rotated_multilevel(features, rois, levels.int(), scales, 2)
+    with pytest.raises(RuntimeError, match=r"levels must have shape \(K,\) = \(24,\)"):
+        riroi_align_rotated_multilevel(features, rois, levels[:3], scales, 2)
+    with pytest.raises(ValueError, match="one scale per feature level"):
+        riroi_align_rotated_multilevel(features, rois, levels, scales[:2], 2)
+    with pytest.raises(RuntimeError, match=r"features\[1\] must have the batch size and channels"):
+        riroi_align_rotated_multilevel([features[0], features[1][:, :8]], rois, levels % 2,
+                                       scales[:2], 2)
+    with pytest.raises(RuntimeError, match=r"features\[1\] must have the dtype and device"):
+        riroi_align_rotated_multilevel([features[0], features[1].float()], rois, levels % 2,
+                                       scales[:2], 2)
+    with pytest.raises(TypeError, match="non-empty list of tensors"):
+        riroi_align_rotated_multilevel([], rois, levels, [], 2)
+
+
+# ------------------------------------------ fuzzing ------------------------------------------
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 2), fields=st.integers(1, 2), nO=st.sampled_from([1, 2, 3, 4, 8]),
+       h=st.integers(1, 10), w=st.integers(1, 10), k=st.integers(0, 5), oh=st.integers(1, 4),
+       ow=st.integers(1, 4), num_samples=st.integers(0, 3),
+       scale=st.sampled_from([0.25, 0.5, 1.0, 1.7]), clockwise=st.booleans(),
+       legacy=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_fuzz_against_reference(n, fields, nO, h, w, k, oh, ow, num_samples, scale, clockwise,
+                                legacy, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, fields * nO, h, w, generator=g, dtype=torch.float64, requires_grad=True)
+    rois = random_rois(k, n, max(h, w), scale, g)
+    kwargs = dict(output_size=(oh, ow), scale=scale, num_samples=num_samples, nO=nO,
+                  clockwise=clockwise, legacy=legacy)
+    out = call(x, rois, **kwargs)
+    torch.testing.assert_close(out, call_reference(x, rois, **kwargs), rtol=0, atol=1e-12)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    torch.testing.assert_close(x.grad, reference_grad(x, rois, grad, **kwargs), rtol=0, atol=1e-12)
+
+
+# ---------------------------------- CUDA (run on the GPU machine) ----------------------------------
+class DeterministicMode:
+    def __enter__(self):
+        self.previous = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(True)
+
+    def __exit__(self, *exc):
+        torch.use_deterministic_algorithms(self.previous)
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("nO", [8, 4, 3])
+def test_cuda_matches_cpu(dtype, nO):
+    x, rois = make_case(20, dtype, nO=nO, fields=3, h=30, w=40, k=80)
+    for clockwise, legacy, num_samples in [(False, False, 2), (True, True, 0), (True, False, 1)]:
+        kwargs = dict(output_size=(7, 7), nO=nO, num_samples=num_samples, clockwise=clockwise,
+                      legacy=legacy)
+        xc, xg = x.clone().requires_grad_(True), x.cuda().requires_grad_(True)
+        out_cpu, out_cuda = call(xc, rois, **kwargs), call(xg, rois.cuda(), **kwargs)
+        torch.testing.assert_close(out_cuda.cpu().double(), out_cpu.double(), rtol=0,
+                                   atol=FORWARD_ATOL[dtype])
+        grad = torch.randn(out_cpu.shape, dtype=torch.float64).to(dtype)
+        out_cpu.backward(grad)
+        out_cuda.backward(grad.cuda())
+        torch.testing.assert_close(xg.grad.cpu().double(), xc.grad.double(), rtol=0,
+                                   atol=BACKWARD_ATOL[dtype])
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_cuda_multilevel_equals_per_level_calls(dtype):
+    features, rois, levels, scales = _levels_case(21, dtype)
+    features = [f.cuda() for f in features]
+    rois, levels = rois.cuda(), levels.cuda()
+    for deterministic in (False, True):
+        torch.use_deterministic_algorithms(deterministic)
+        try:
+            fused_inputs = [f.clone().requires_grad_(True) for f in features]
+            loop_inputs = [f.clone().requires_grad_(True) for f in features]
+            fused = riroi_align_rotated_multilevel(fused_inputs, rois, levels, scales, 7, 2)
+            loop = fused.new_zeros(fused.shape)
+            for level, (feature, scale) in enumerate(zip(loop_inputs, scales)):
+                index = (levels == level).nonzero().flatten()
+                loop = loop.index_put((index,), call(feature, rois[index], 7, scale, 2))
+            assert torch.equal(fused, loop)
+            grad = torch.randn_like(fused)
+            fused.backward(grad)
+            loop.backward(grad)
+            tol = 1e-12 if dtype == torch.float64 else 1e-5
+            for a, b in zip(fused_inputs, loop_inputs):
+                torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=tol)
+            assert torch.equal(fused_inputs[3].grad, torch.zeros_like(features[3]))
+        finally:
+            torch.use_deterministic_algorithms(False)
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_deterministic_backward_is_bitwise_repeatable(dtype):
+    x, rois = make_case(22, dtype, fields=4, h=30, w=40, k=300)
+    x, rois = x.cuda(), rois.cuda()
+    grad = torch.randn(300, 32, 7, 7, device="cuda").to(dtype)
+    results = []
+    with DeterministicMode():
+        for _ in range(3):
+            xi = x.clone().requires_grad_(True)
+            call(xi, rois, 7, num_samples=0).backward(grad)
+            results.append(xi.grad)
+    assert all(torch.equal(results[0], r) for r in results[1:])
+    xi = x.clone().requires_grad_(True)
+    call(xi, rois, 7, num_samples=0).backward(grad)  # fast (atomic) path agrees to rounding
+    torch.testing.assert_close(results[0].double(), xi.grad.double(), rtol=0,
+                               atol=BACKWARD_ATOL[dtype])
+
+
+@CUDA
+def test_cuda_gradcheck_opcheck_and_compile():
+    x, rois = make_case(23, fields=1, nO=4, h=6, w=7, k=4)
+    x, rois = x.cuda().requires_grad_(True), rois.cuda()
+    assert torch.autograd.gradcheck(lambda inp: call(inp, rois, (2, 3), nO=4), (x,))
+    torch.library.opcheck(torch.ops.redet.riroi_align_rotated.default,
+                          (x, rois, 0.5, 3, 2, 2, 4, True, False))
+    compiled = torch.compile(lambda a: call(a, rois, 3), fullgraph=True)
+    torch.testing.assert_close(compiled(x), call(x, rois, 3))
+
+
+@CUDA
+def test_cuda_errors_are_named():
+    x = torch.randn(2, 16, 8, 8, device="cuda")
+    with pytest.raises(RuntimeError, match="batch indices"):
+        call(x, torch.tensor([[5.0, 4, 4, 2, 2, 0]], device="cuda"))
+    with pytest.raises(RuntimeError, match="same device"):
+        call(x, torch.zeros(1, 6))
+
+
+@CUDA
+@pytest.mark.parametrize("clockwise", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_cuda_legacy_orientation_equals_mmcv(clockwise, dtype):
+    mmcv_ops = pytest.importorskip("mmcv.ops")
+    x, rois = make_case(24, dtype, fields=4, h=40, w=50, k=200, scale=0.25)
+    x, rois = x.cuda(), rois.cuda()
+    for output_size, num_samples in [((7, 7), 2), ((3, 5), 0)]:
+        peer = mmcv_ops.RiRoIAlignRotated(output_size, 0.25, num_samples, 8, clockwise)
+        a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        ours = riroi_align_rotated(a, rois, output_size, 0.25, num_samples, 8, clockwise, True)
+        theirs = peer(b, rois)
+        grad = torch.randn_like(ours)
+        ours.backward(grad)
+        theirs.backward(grad)
+        if dtype == torch.float64:
+            assert (ours - theirs).abs().max().item() <= 1e-12
+            assert (a.grad - b.grad).abs().max().item() <= 1e-12
+        else:
+            assert ((ours - theirs).abs().max() / theirs.abs().max()).item() <= 1e-5
+            assert ((a.grad - b.grad).abs().max() / b.grad.abs().max()).item() <= 1e-5
+        # the default differs from the peer only through the peer's neighbour channel
+        fixed = riroi_align_rotated(x, rois, output_size, 0.25, num_samples, 8, clockwise)
+        torch.testing.assert_close(fixed.cpu(), call(x.cpu(), rois.cpu(), output_size, 0.25,
+                                                     num_samples, 8, clockwise),
+                                   rtol=0, atol=FORWARD_ATOL[dtype])
