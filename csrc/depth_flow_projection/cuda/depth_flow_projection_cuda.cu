@@ -71,7 +71,7 @@ __device__ __forceinline__ bool depth_is_valid(acc_t d, bool inverse_depth) {
 // One source pixel per lane; the warp walks the pixels together (a warp-uniform loop), so lanes
 // can exchange targets. With smooth flow, lane k's right column of targets is lane k+1's left
 // column: lane k adds both contributions with one atomic and lane k+1 skips its own, which
-// halves the atomics. Merging only pre-sums additions to one address, so it is always exact.
+// halves the atomics. Merging only pre-sums additions to one address, so it is always valid.
 template <typename scalar_t, typename acc_t, typename Accumulator>
 __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t* __restrict__ depth,
                                int64_t batch, int height, int width, acc_t t, bool inverse_depth,
