@@ -14,7 +14,7 @@ FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 setup.py build_ext --i
 echo "build: $(( $(date +%s) - start )) s"
 python3 -c "import redet_plugin, torch; from redet_plugin import _ext; print('with_cuda', _ext.with_cuda(), torch.cuda.get_device_name())"
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
-timeout 900 python3 -m pytest -q -p no:cacheprovider $TESTS > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -30
+timeout 900 python3 -m pytest -q -n 8 -p no:cacheprovider $TESTS > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -30
 for s in $SANITIZE; do
   for tool in memcheck racecheck; do
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 "$s" > "$OUT/sanitize_$(basename $s .py)_$tool.log" 2>&1

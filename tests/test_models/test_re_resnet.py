@@ -4,6 +4,7 @@ import torch
 from e2cnn import nn as enn
 from e2cnn.nn.init import _generalized_he_init_variances
 from mmdet.registry import MODELS
+from mmengine.runner.checkpoint import load_state_dict as mmengine_load_state_dict
 from torch.nn.modules.batchnorm import _BatchNorm
 
 import redet_plugin  # noqa: F401  (registers ReResNet)
@@ -154,7 +155,8 @@ def test_frozen_stages():
     assert all(p.grad is not None for p in model.layer2.parameters())
 
 
-def test_state_dict_independent_of_mode_and_loads_into_eval_model():
+@pytest.mark.parametrize("loader", ["torch", "mmengine"])
+def test_state_dict_independent_of_mode_and_loads_into_eval_model(loader):
     torch.manual_seed(0)
     src = ReResNet(**TINY)
     randomize_norms(src)
@@ -162,8 +164,13 @@ def test_state_dict_independent_of_mode_and_loads_into_eval_model():
     src.eval()
     assert set(src.state_dict()) == train_keys  # e2cnn's filter cache stays out of checkpoints
     assert not any(k.endswith(".filter") for k in train_keys)
-    dst = ReResNet(**TINY).eval()  # caches filters of its own (random) weights
-    dst.load_state_dict(src.state_dict())
+    # eval-mode convs (here: all; in training: the frozen stages) cache filters of their own
+    # random weights; loading must rebuild them
+    dst = ReResNet(**TINY, frozen_stages=1).eval()
+    if loader == "torch":
+        dst.load_state_dict(src.state_dict(), strict=True)
+    else:  # the path of init_cfg=Pretrained, load_from and resume
+        mmengine_load_state_dict(dst, src.state_dict(), strict=True)
     x = torch.randn(1, 3, 32, 32)
     with torch.no_grad():
         assert all(torch.equal(a, b) for a, b in zip(dst(x), src(x)))
@@ -196,3 +203,19 @@ def test_bad_arguments(kwargs, error, match):
 def test_bad_input(tiny):
     with pytest.raises(ValueError, match=r"x must be a \(N, 3, H, W\) tensor; got \(1, 4, 8, 8\)"):
         tiny(torch.randn(1, 4, 8, 8))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_export_stays_on_the_device_and_matches():
+    torch.manual_seed(0)
+    model = ReResNet(**TINY)
+    randomize_norms(model)
+    model = model.cuda().eval()
+    x = torch.randn(2, 3, 33, 33, device="cuda")
+    with torch.no_grad():
+        before, rotated = model(x), model(torch.rot90(x, 1, (2, 3)))
+        after = model.export()(x)
+    assert all(p.is_cuda for p in model.parameters()) and all(b.is_cuda for b in model.buffers())
+    for a, b, r in zip(after, before, rotated):
+        assert a.is_cuda and rel_err(a, b) < 1e-5
+        assert rel_err(r, cycle_orientations(torch.rot90(b, 1, (2, 3)), 2)) < 1e-4

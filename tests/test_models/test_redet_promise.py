@@ -10,7 +10,8 @@ c = (S - 1) / 2: pixel (x, y) goes to (y, S - 1 - x), a box's x axis (cos t, sin
 the image centre is rotating about a RoI's centre followed by a translation; with S = 2**k + 1 every
 stride-2 layer samples a grid symmetric about the centre, so the backbone is exactly equivariant
 and the only inexact step is the FPN's nearest upsampling between odd sizes (P2-P4; P5, P6 exact).
-A plain ResNet + FPN of the same sizes is the yardstick.
+A plain ResNet + FPN of the same sizes is the yardstick. Pooling runs through the op
+(redet_plugin.ops.riroi_align_rotated, when built) and through its plain reference.
 """
 import math
 
@@ -22,6 +23,7 @@ from mmdet.models.necks import FPN
 import redet_plugin.ops
 from redet_plugin.models.backbones import ReResNet
 from redet_plugin.models.necks import ReFPN
+from tests.test_ops._reference import riroi_align_rotated_reference
 
 SIZE = 129  # 2**7 + 1: symmetric strided grids down to stride 64
 IN_CHANNELS = [16, 32, 64, 128]
@@ -29,55 +31,22 @@ OUT_CHANNELS = 32  # 4 fields x 8 orientations
 STRIDES = [4, 8, 16, 32, 64]
 
 
-def riroi_align_reference(features, rois, out_size, spatial_scale, num_samples, num_orientations,
-                          clockwise):
-    """Plain-PyTorch RiRoIAlignRotated (continuous orientation interpolation, mmcv border rules)."""
-    n_o = num_orientations
-    pooled = []
-    for roi in rois.double():
-        b, cx, cy, w, h, theta = roi.tolist()
-        fmap = features[int(b)].double()
-        cx, cy = cx * spatial_scale, cy * spatial_scale
-        w, h = max(w * spatial_scale, 1.0), max(h * spatial_scale, 1.0)
-        gh = num_samples or math.ceil(h / out_size)
-        gw = num_samples or math.ceil(w / out_size)
-        ys = -h / 2 + (torch.arange(out_size * gh, dtype=torch.float64) + 0.5) * h / (out_size * gh)
-        xs = -w / 2 + (torch.arange(out_size * gw, dtype=torch.float64) + 0.5) * w / (out_size * gw)
-        yy, xx = torch.meshgrid(ys, xs, indexing="ij")
-        t = -theta if clockwise else theta
-        y = yy * math.cos(t) - xx * math.sin(t) + cy
-        x = yy * math.sin(t) + xx * math.cos(t) + cx
-        values = _bilinear(fmap, y, x).view(-1, out_size, gh, out_size, gw).mean(dim=(2, 4))
-        a = theta * n_o / (2 * math.pi)
-        shift, frac = math.floor(a), a - math.floor(a)
-        values = values.view(-1, n_o, out_size, out_size)
-        o = torch.arange(n_o)
-        main, neighbour = values[:, (o - shift) % n_o], values[:, (o - shift - 1) % n_o]
-        pooled.append(((1 - frac) * main + frac * neighbour).reshape(-1, out_size, out_size))
-    return torch.stack(pooled).to(features.dtype)
+HAVE_OP = hasattr(redet_plugin.ops, "riroi_align_rotated")
+POOLS = ["reference", pytest.param("op", marks=pytest.mark.skipif(
+    not HAVE_OP, reason="redet_plugin.ops.riroi_align_rotated not built yet"))]
 
 
-def _bilinear(fmap, y, x):
-    """mmcv's bilinear read: 0 beyond one pixel outside the map, clamped onto the border within it."""
-    height, width = fmap.shape[-2:]
-    inside = (y >= -1) & (y <= height) & (x >= -1) & (x <= width)
-    y, x = y.clamp(0, height - 1), x.clamp(0, width - 1)
-    y0, x0 = y.floor().long(), x.floor().long()
-    y1, x1 = (y0 + 1).clamp(max=height - 1), (x0 + 1).clamp(max=width - 1)
-    ly, lx = y - y0, x - x0
-    value = (fmap[:, y0, x0] * (1 - ly) * (1 - lx) + fmap[:, y0, x1] * (1 - ly) * lx
-             + fmap[:, y1, x0] * ly * (1 - lx) + fmap[:, y1, x1] * ly * lx)
-    return value * inside
-
-
-def _riroi_op(features, rois, out_size, spatial_scale):
-    return redet_plugin.ops.riroi_align_rotated(features, rois, out_size, spatial_scale=spatial_scale,
-                                                num_samples=2, num_orientations=8, clockwise=True)
-
-
-def _riroi_reference(features, rois, out_size, spatial_scale, clockwise=True):
-    return riroi_align_reference(features, rois, out_size, spatial_scale, num_samples=2,
-                                 num_orientations=8, clockwise=clockwise)
+def make_pool(kind, clockwise=True):
+    """RiRoIAlign as in ReDet's stage 2 (3x3 here, 2 samples, nO 8) by the op or the reference."""
+    def pool(features, rois, out_size, spatial_scale):
+        if kind == "op":
+            return redet_plugin.ops.riroi_align_rotated(
+                features, rois, out_size, spatial_scale=spatial_scale, num_samples=2,
+                num_orientations=8, clockwise=clockwise)
+        return riroi_align_rotated_reference(features, rois, (out_size, out_size), spatial_scale,
+                                             num_samples=2, num_orientations=8,
+                                             clockwise=clockwise).float()
+    return pool
 
 
 def rotate_rois(rois, size):
@@ -124,43 +93,54 @@ def networks():
     return equivariant, plain, image
 
 
-def _check_promise(networks, pool):
+@pytest.mark.parametrize("kind", POOLS)
+def test_promise(networks, kind):
     equivariant, plain, image = networks
+    pool = make_pool(kind)
     errs = pooled_errors(*equivariant, pool, image, torch.Generator().manual_seed(2))
     plain_errs = pooled_errors(*plain, pool, image, torch.Generator().manual_seed(2))
-    print("ReResNet+ReFPN rel. error per level P2..P6:", [f"{e:.2e}" for e in errs])
-    print("ResNet+FPN     rel. error per level P2..P6:", [f"{e:.2e}" for e in plain_errs])
+    print(f"[{kind}] ReResNet+ReFPN rel. error per level P2..P6:", [f"{e:.2e}" for e in errs])
+    print(f"[{kind}] ResNet+FPN     rel. error per level P2..P6:", [f"{e:.2e}" for e in plain_errs])
     # P5, P6: no upsampling in their path, exact; P2-P4: nearest upsampling between odd sizes
     assert max(errs[3:]) < 1e-4
     assert max(errs) < 0.5
     assert all(e < 0.5 * p for e, p in zip(errs[:3], plain_errs[:3]))
     assert all(e < 1e-3 * p for e, p in zip(errs[3:], plain_errs[3:]))
-    return errs
 
 
-def test_promise_with_riroi_reference(networks):
-    _check_promise(networks, _riroi_reference)
-
-
-def test_symmetric_upsampling_makes_every_level_exact(networks):
+@pytest.mark.parametrize("kind", POOLS)
+def test_symmetric_upsampling_makes_every_level_exact(networks, kind):
     # bilinear with align_corners=True is symmetric between odd sizes: then only float error remains
     (backbone, _), _, image = networks
     neck = ReFPN(IN_CHANNELS, OUT_CHANNELS, num_outs=5,
                  upsample_cfg=dict(mode="bilinear", align_corners=True)).eval()
-    errs = pooled_errors(backbone, neck, _riroi_reference, image, torch.Generator().manual_seed(2))
-    print("ReResNet+ReFPN(bilinear, align_corners) rel. error P2..P6:", [f"{e:.2e}" for e in errs])
+    errs = pooled_errors(backbone, neck, make_pool(kind), image, torch.Generator().manual_seed(2))
+    print(f"[{kind}] ReResNet+ReFPN(bilinear, align_corners) rel. error P2..P6:",
+          [f"{e:.2e}" for e in errs])
     assert max(errs) < 1e-4
 
 
-def test_wrong_spatial_convention_breaks_the_promise(networks):
+@pytest.mark.parametrize("kind", POOLS)
+def test_wrong_spatial_convention_breaks_the_promise(networks, kind):
     # clockwise=False turns the sampling grid the other way: the test tells the conventions apart
     equivariant, _, image = networks
-    errs = pooled_errors(*equivariant, lambda f, r, o, s: _riroi_reference(f, r, o, s, clockwise=False),
-                         image, torch.Generator().manual_seed(2))
+    errs = pooled_errors(*equivariant, make_pool(kind, clockwise=False), image,
+                         torch.Generator().manual_seed(2))
     assert min(errs[3:]) > 0.1
 
 
-@pytest.mark.skipif(not hasattr(redet_plugin.ops, "riroi_align_rotated"),
-                    reason="redet_plugin.ops.riroi_align_rotated not built yet")
-def test_promise_with_riroi_op(networks):
-    _check_promise(networks, _riroi_op)
+@pytest.mark.parametrize("kind", POOLS)
+def test_opposite_orientation_direction_breaks_the_promise(networks, kind):
+    # features whose orientation channels cycle the other way (o -> -o within each field: a +2
+    # shift becomes -2) are no longer compensated by RiRoIAlign's shift
+    equivariant, _, image = networks
+    pool = make_pool(kind)
+
+    def pool_reversed(features, rois, out_size, spatial_scale):
+        b, c, h, w = features.shape
+        order = (-torch.arange(8)) % 8
+        flipped = features.reshape(b, c // 8, 8, h, w)[:, :, order].reshape(b, c, h, w)
+        return pool(flipped, rois, out_size, spatial_scale)
+
+    errs = pooled_errors(*equivariant, pool_reversed, image, torch.Generator().manual_seed(2))
+    assert min(errs[3:]) > 0.1
