@@ -48,6 +48,23 @@ def deterministic(fn):
     return run
 
 
+def graph_time(fn):
+    """GPU time of fn() replayed from a CUDA graph: no Python/dispatcher overhead, which dominates
+    at small sizes (our ops pass through torch.library's Python autograd layer)."""
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return time_cuda(graph.replay)
+    except Exception as error:  # noqa: BLE001  (report, do not fail the benchmark)
+        return f"graph capture failed: {str(error)[:160]}"
+
+
 def bench(name, batch, height, width, kind="smooth"):
     flow, depth = make_inputs(batch, height, width, kind)
     op = torch.ops.redet.depth_flow_projection
@@ -63,8 +80,13 @@ def bench(name, batch, height, width, kind="smooth"):
         lambda: backward(grad, flow, depth, out_nofill, count_nofill, T, False, False))
     row["ours_backward_fill_ms"] = time_cuda(
         lambda: backward(grad, flow, depth, out_fill, count_fill, T, False, True))
+    row["ours_forward_fill_unchecked_graph_ms"] = graph_time(lambda: op(flow, depth, T, False, True, False))
+    row["ours_backward_graph_ms"] = graph_time(
+        lambda: backward(grad, flow, depth, out_nofill, count_nofill, T, False, False))
     row["ours_deterministic_forward_fill_ms"] = time_cuda(
         deterministic(lambda: op(flow, depth, T, False, True, True)))
+    row["ours_deterministic_backward_fill_ms"] = time_cuda(deterministic(  # the same gather kernels
+        lambda: backward(grad, flow, depth, out_fill, count_fill, T, False, True)))
 
     # The plain PyTorch reference, forward and autograd backward.
     f_ref, d_ref = flow.clone().requires_grad_(True), depth.clone().requires_grad_(True)

@@ -16,6 +16,24 @@
 
 namespace redet {
 
+// a + b rounded once, never fused with a preceding multiply into an FMA (nvcc fuses by default),
+// so that the CPU and CUDA kernels take the same floor/inside decisions.
+REDET_HOST_DEVICE float add_rounded(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+REDET_HOST_DEVICE double add_rounded(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
 struct ProjectionCorners {
   int left, right, top, bottom;
 };
@@ -24,8 +42,8 @@ struct ProjectionCorners {
 template <typename acc_t>
 REDET_HOST_DEVICE bool project_pixel(int x, int y, acc_t gx, acc_t gy, int width, int height,
                                      ProjectionCorners* c) {
-  const acc_t px = static_cast<acc_t>(x) + gx;
-  const acc_t py = static_cast<acc_t>(y) + gy;
+  const acc_t px = add_rounded(static_cast<acc_t>(x), gx);
+  const acc_t py = add_rounded(static_cast<acc_t>(y), gy);
   if (!(px >= acc_t(0) && px <= static_cast<acc_t>(width - 1) && py >= acc_t(0) &&
         py <= static_cast<acc_t>(height - 1))) {
     return false;
@@ -45,9 +63,12 @@ REDET_HOST_DEVICE acc_t projection_weight(acc_t depth, bool inverse_depth) {
 
 // Output and count of one pixel from the accumulators. `acc.load(i, &sum_x, &sum_y, &count)`
 // reads pixel i (an index into the whole batch; the image starts at pixel `base`).
+// search_row / search_column = false say that the pixel's row / column holds no non-hole at all,
+// which spares a hole the walk to the border (whole empty columns are common: a camera pan).
 template <typename calc_t, typename Reader>
 REDET_HOST_DEVICE void finalize_pixel(const Reader& acc, int64_t base, int x, int y, int width,
-                                      int height, bool fill_holes, calc_t* out_x, calc_t* out_y,
+                                      int height, bool fill_holes, bool search_row,
+                                      bool search_column, calc_t* out_x, calc_t* out_y,
                                       calc_t* count) {
   calc_t sx, sy, c;
   acc.load(base + static_cast<int64_t>(y) * width + x, &sx, &sy, &c);
@@ -64,6 +85,7 @@ REDET_HOST_DEVICE void finalize_pixel(const Reader& acc, int64_t base, int x, in
     const int dx[4] = {-1, 1, 0, 0}, dy[4] = {0, 0, -1, 1};
 #pragma unroll
     for (int d = 0; d < 4; ++d) {
+      if (!(d < 2 ? search_row : search_column)) continue;
       int xx = x + dx[d], yy = y + dy[d];
       while (xx >= 0 && xx < width && yy >= 0 && yy < height) {
         acc.load(base + static_cast<int64_t>(yy) * width + xx, &sx, &sy, &c);

@@ -148,7 +148,8 @@ def test_gradcheck_float64(fill, inverse):
 
 
 def test_depth_gradient_by_finite_differences():
-    """dL/dD for L = <grad, out>, one pixel at a time; DAIN's (G - out) form fails this."""
+    """dL/dD for L = <grad, out>, one pixel at a time (DAIN's kernel, with (G - out) where
+    -(G + out) belongs, is off by 12-40 % in such a check: ANCHORS.md)."""
     flow, depth = make_case("smooth", 1, 6, 7, torch.float64, seed=10)
     grad = torch.randn(flow.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     d = depth.clone().requires_grad_(True)
@@ -223,9 +224,35 @@ def test_cuda_matches_cpu(dtype, deterministic):
             cuda = ours_and_reference_grads(flow.cuda(), depth.cuda(), 0.5, True)[0]
         finally:
             torch.use_deterministic_algorithms(False)
-        tol = max(tolerance(dtype), 1e-5)
+        tol = max(2 * tolerance(dtype), 1e-4)  # float atomics sum in another order
         for a, b in zip(cuda, cpu):
             torch.testing.assert_close(a.cpu().double(), b.double(), rtol=tol, atol=tol)
+
+
+def pan_case():
+    """A pan: whole columns and rows stay empty, which the fill skips walking through."""
+    flow = torch.zeros(2, 2, 40, 64)
+    flow[:, 0], flow[:, 1] = 30.0, -12.0
+    flow = flow + 0.3 * torch.randn(flow.shape, generator=torch.Generator().manual_seed(3))
+    depth = 1 + torch.rand(2, 1, 40, 64, generator=torch.Generator().manual_seed(4))
+    return flow, depth
+
+
+def test_pan_with_empty_rows_and_columns():
+    flow, depth = pan_case()
+    ours, ref = ours_and_reference_grads(flow, depth, 0.7, True)
+    assert (ours[1] <= 0).float().mean() > 0.3  # a wide band of holes
+    for a, b in zip(ours, ref):  # (hole gradients gather long runs: float32 summation order)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@CUDA
+def test_cuda_pan_matches_cpu():
+    flow, depth = pan_case()
+    cpu = ours_and_reference_grads(flow, depth, 0.7, True)[0]
+    cuda = ours_and_reference_grads(flow.cuda(), depth.cuda(), 0.7, True)[0]
+    for a, b in zip(cuda, cpu):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("fill", [False, True])

@@ -5,6 +5,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <vector>
+
 #include "common/flow_projection.h"
 #include "depth_flow_projection/depth_flow_projection.h"
 
@@ -43,6 +45,8 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& f
     const scalar_t* d = depth.data_ptr<scalar_t>();
     acc_t* a = acc.data_ptr<acc_t>();
     const acc_t tt = static_cast<acc_t>(t);
+    // Rows/columns that received weight anywhere: the hole filling skips walks through the others.
+    std::vector<char> row_occupied(batch * height, 0), column_occupied(batch * width, 0);
     at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
         const scalar_t* fx = f + b * 2 * plane;
@@ -64,6 +68,10 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& f
               target[1] -= w * gy;
               target[2] += w;
             }
+            if (w > acc_t(0)) {
+              row_occupied[b * height + c.top] = row_occupied[b * height + c.bottom] = 1;
+              column_occupied[b * width + c.left] = column_occupied[b * width + c.right] = 1;
+            }
           }
         }
       }
@@ -78,7 +86,9 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& f
         const int y = row % height;
         for (int x = 0; x < width; ++x) {
           acc_t ox, oy, c;
-          finalize_pixel(reader, b * plane, x, y, width, height, fill_holes, &ox, &oy, &c);
+          finalize_pixel(reader, b * plane, x, y, width, height, fill_holes,
+                         row_occupied[b * height + y] != 0, column_occupied[b * width + x] != 0,
+                         &ox, &oy, &c);
           const int64_t i = static_cast<int64_t>(y) * width + x;
           out[b * 2 * plane + i] = static_cast<scalar_t>(ox);
           out[b * 2 * plane + plane + i] = static_cast<scalar_t>(oy);

@@ -1,8 +1,10 @@
 // Depth-aware flow projection on CUDA.
 // Forward: (1) scatter every source pixel into per-pixel accumulators (sum_x, sum_y, count, -),
-// one 16-byte float4 atomic per target on sm_90 (DAIN issues three scalar ones); in deterministic
-// mode into 64-bit fixed point with integer atomics instead (order-independent, bitwise
-// repeatable); (2) finalize: normalise and fill holes in one pass over the accumulators.
+// one 16-byte float4 atomic per target on sm_90 (DAIN issues three scalar ones), and neighbouring
+// lanes that hit the same pixels merge their additions first; in deterministic mode into 64-bit
+// fixed point with integer atomics instead (order-independent, bitwise repeatable). The same pass
+// checks the depth values and marks which rows/columns received weight. (2) finalize: normalise
+// and fill holes in one pass over the accumulators.
 // Backward: a gather per source pixel from the (up to four) pixels it reached, after the hole
 // filling's transpose when filling was on; no atomics, so it is deterministic.
 #include <ATen/OpMathType.h>
@@ -16,6 +18,15 @@ namespace redet {
 namespace {
 
 // ---- scatter ------------------------------------------------------------------------------
+
+// Side data kept after the accumulators' pixel slots (and zeroed with them): the invalid-depth
+// flag (null when not checking), then per image which rows (B, H) and columns (B, W) got a
+// weight > 0 anywhere, so that the hole filling can skip walks through empty rows/columns.
+struct ScatterSideData {
+  int* invalid_depth;
+  int* row_occupied;
+  int* column_occupied;
+};
 
 struct FloatAccumulator {
   float* acc;
@@ -60,12 +71,11 @@ __device__ __forceinline__ bool depth_is_valid(acc_t d, bool inverse_depth) {
 // One source pixel per lane; the warp walks the pixels together (a warp-uniform loop), so lanes
 // can exchange targets. With smooth flow, lane k's right column of targets is lane k+1's left
 // column: lane k adds both contributions with one atomic and lane k+1 skips its own, which
-// halves the atomics. Merging only pre-sums additions to one address, so it is always exact.
-// `invalid_depth` (when not null) is set to 1 if any depth value is unacceptable.
+// halves the atomics. Merging only pre-sums additions to one address, so it is always valid.
 template <typename scalar_t, typename acc_t, typename Accumulator>
 __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t* __restrict__ depth,
                                int64_t batch, int height, int width, acc_t t, bool inverse_depth,
-                               Accumulator accumulator, int* __restrict__ invalid_depth) {
+                               Accumulator accumulator, ScatterSideData side) {
   const int64_t plane = static_cast<int64_t>(height) * width;
   const int64_t total = batch * plane;
   const int lane = threadIdx.x & 31;
@@ -80,7 +90,9 @@ __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t
       const int y = static_cast<int>(i / width);
       const int x = static_cast<int>(i - static_cast<int64_t>(y) * width);
       const acc_t d = static_cast<acc_t>(depth[index]);
-      if (invalid_depth != nullptr && !depth_is_valid(d, inverse_depth)) atomicOr(invalid_depth, 1);
+      if (side.invalid_depth != nullptr && !depth_is_valid(d, inverse_depth)) {
+        atomicOr(side.invalid_depth, 1);
+      }
       const acc_t gx = t * static_cast<acc_t>(flow[b * 2 * plane + i]);
       const acc_t gy = t * static_cast<acc_t>(flow[b * 2 * plane + plane + i]);
       ProjectionCorners c;
@@ -94,6 +106,12 @@ __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t
         top_right = top + c.right;
         bottom_left = bottom + c.left;
         bottom_right = bottom + c.right;
+        if (w > acc_t(0)) {  // plain stores of 1: racing writers agree
+          side.row_occupied[b * height + c.top] = 1;
+          side.row_occupied[b * height + c.bottom] = 1;
+          side.column_occupied[b * width + c.left] = 1;
+          side.column_occupied[b * width + c.right] = 1;
+        }
       }
     }
     constexpr unsigned kAll = 0xffffffffu;
@@ -165,15 +183,17 @@ struct AtomicAccumulation<double> {
 };
 
 template <typename scalar_t, typename count_t, typename calc_t, typename Reader>
-__device__ __forceinline__ void finalize_all(const Reader& reader, int64_t batch, int height,
-                                             int width, bool fill_holes, scalar_t* __restrict__ out,
-                                             count_t* __restrict__ count) {
+__device__ __forceinline__ void finalize_all(const Reader& reader, ScatterSideData side,
+                                             int64_t batch, int height, int width, bool fill_holes,
+                                             scalar_t* __restrict__ out, count_t* __restrict__ count) {
   const int64_t plane = static_cast<int64_t>(height) * width;
   REDET_CUDA_GRID_STRIDE(index, batch * plane) {
     const int64_t b = index / plane, i = index - b * plane;
     const int y = static_cast<int>(i / width), x = static_cast<int>(i - static_cast<int64_t>(y) * width);
     calc_t ox, oy, c;
-    finalize_pixel(reader, b * plane, x, y, width, height, fill_holes, &ox, &oy, &c);
+    finalize_pixel(reader, b * plane, x, y, width, height, fill_holes,
+                   side.row_occupied[b * height + y] != 0, side.column_occupied[b * width + x] != 0,
+                   &ox, &oy, &c);
     out[b * 2 * plane + i] = static_cast<scalar_t>(ox);
     out[b * 2 * plane + plane + i] = static_cast<scalar_t>(oy);
     count[index] = static_cast<count_t>(c);
@@ -181,18 +201,20 @@ __device__ __forceinline__ void finalize_all(const Reader& reader, int64_t batch
 }
 
 template <typename scalar_t, typename acc_t, typename Reader>
-__global__ void finalize_kernel(Reader reader, int64_t batch, int height, int width,
-                                bool fill_holes, scalar_t* __restrict__ out, acc_t* __restrict__ count) {
-  finalize_all<scalar_t, acc_t, acc_t>(reader, batch, height, width, fill_holes, out, count);
+__global__ void finalize_kernel(Reader reader, ScatterSideData side, int64_t batch, int height,
+                                int width, bool fill_holes, scalar_t* __restrict__ out,
+                                acc_t* __restrict__ count) {
+  finalize_all<scalar_t, acc_t, acc_t>(reader, side, batch, height, width, fill_holes, out, count);
 }
 
 template <typename scalar_t, typename count_t>
 __global__ void finalize_fixed_point_kernel(const long long* __restrict__ acc,
-                                            const double* __restrict__ bound, int64_t batch,
-                                            int height, int width, bool fill_holes,
+                                            const double* __restrict__ bound, ScatterSideData side,
+                                            int64_t batch, int height, int width, bool fill_holes,
                                             scalar_t* __restrict__ out, count_t* __restrict__ count) {
   const FixedPointReader reader{acc, fixed_point_scale(bound[1]), fixed_point_scale(bound[0])};
-  finalize_all<scalar_t, count_t, double>(reader, batch, height, width, fill_holes, out, count);
+  finalize_all<scalar_t, count_t, double>(reader, side, batch, height, width, fill_holes, out,
+                                          count);
 }
 
 // ---- backward -----------------------------------------------------------------------------
@@ -251,11 +273,20 @@ at::Tensor fixed_point_bounds(const at::Tensor& flow, const at::Tensor& depth, d
   return at::stack({count_bound, count_bound * f_max * t});
 }
 
-// The accumulators get one extra pixel slot at the end; its first 4 bytes are the invalid-depth
-// flag (zeroed with them), so the depth check costs no extra kernel, only one read at the end.
-int* invalid_depth_flag(const at::Tensor& acc, int64_t pixels, bool check_depth) {
-  if (!check_depth) return nullptr;
-  return reinterpret_cast<int*>(static_cast<char*>(acc.data_ptr()) + pixels * 4 * acc.element_size());
+// Accumulators: 4 values per pixel, then room for the ScatterSideData ints, all zeroed by one
+// memset; so the depth check costs no extra kernel, only one read of the flag at the end.
+at::Tensor zeroed_accumulators(int64_t pixels, int64_t batch, int height, int width,
+                               const at::TensorOptions& options) {
+  const int64_t slot_bytes = 4 * static_cast<int64_t>(options.dtype().itemsize());
+  const int64_t side_bytes = 4 * (1 + batch * (height + width));
+  return at::zeros({pixels + (side_bytes + slot_bytes - 1) / slot_bytes, 4}, options);
+}
+
+ScatterSideData side_data(const at::Tensor& acc, int64_t pixels, int64_t batch, int height,
+                          bool check_depth) {
+  int* base = reinterpret_cast<int*>(static_cast<char*>(acc.data_ptr()) +
+                                     pixels * 4 * acc.element_size());
+  return {check_depth ? base : nullptr, base + 1, base + 1 + batch * height};
 }
 
 void raise_if_invalid_depth(const at::Tensor& acc, int64_t pixels, const at::Tensor& depth,
@@ -283,7 +314,8 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
   const int blocks = blocks_for(n);
 
   if (at::globalContext().deterministicAlgorithms()) {
-    auto acc = at::zeros({n + 1, 4}, flow.options().dtype(at::kLong));
+    auto acc = zeroed_accumulators(n, batch, height, width, flow.options().dtype(at::kLong));
+    const auto side = side_data(acc, n, batch, height, check_depth);
     const auto bound = fixed_point_bounds(flow, depth, t, inverse_depth);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_det", [&] {
       using acc_t = at::opmath_type<scalar_t>;
@@ -291,10 +323,10 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
       scatter_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
           flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), batch, height, width,
           static_cast<acc_t>(t), inverse_depth, FixedPointAccumulator{a, bound.data_ptr<double>()},
-          invalid_depth_flag(acc, n, check_depth));
+          side);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       finalize_fixed_point_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
-          a, bound.data_ptr<double>(), batch, height, width, fill_holes,
+          a, bound.data_ptr<double>(), side, batch, height, width, fill_holes,
           output.data_ptr<scalar_t>(), count.data_ptr<acc_t>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
@@ -302,7 +334,8 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
     return {output, count};
   }
 
-  auto acc = at::zeros({n + 1, 4}, flow.options().dtype(acc_type));
+  auto acc = zeroed_accumulators(n, batch, height, width, flow.options().dtype(acc_type));
+  const auto side = side_data(acc, n, batch, height, check_depth);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     using Atomics = AtomicAccumulation<acc_t>;
@@ -310,11 +343,11 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
     scatter_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
         flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), batch, height, width,
         static_cast<acc_t>(t), inverse_depth, typename Atomics::Accumulator{a},
-        invalid_depth_flag(acc, n, check_depth));
+        side);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     finalize_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
-        typename Atomics::Reader{a}, batch, height, width, fill_holes, output.data_ptr<scalar_t>(),
-        count.data_ptr<acc_t>());
+        typename Atomics::Reader{a}, side, batch, height, width, fill_holes,
+        output.data_ptr<scalar_t>(), count.data_ptr<acc_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   raise_if_invalid_depth(acc, n, depth, inverse_depth, check_depth);
