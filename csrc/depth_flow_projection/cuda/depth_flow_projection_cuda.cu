@@ -1,16 +1,23 @@
 // Depth-aware flow projection on CUDA.
-// Forward: (1) scatter every source pixel into per-pixel accumulators (sum_x, sum_y, count, -),
-// one 16-byte float4 atomic per target on sm_90 (DAIN issues three scalar ones), and neighbouring
-// lanes that hit the same pixels merge their additions first; in deterministic mode into 64-bit
-// fixed point with integer atomics instead (order-independent, bitwise repeatable). The same pass
-// checks the depth values and marks which rows/columns received weight. (2) finalize: normalise
-// and fill holes in one pass over the accumulators.
+// Forward, three or four launches and at most one host synchronisation:
+// (0) one memset zeroes the accumulators (sum_x, sum_y, count, -) and the invalid-depth flag;
+// (1) scatter every source pixel into them: one 16-byte float4 atomic per target on sm_90 (DAIN
+//     issues three scalar ones), and neighbouring lanes that hit the same pixels merge their
+//     additions first; in deterministic mode 64-bit fixed point with integer atomics instead
+//     (order-independent, bitwise repeatable). The same pass flags invalid depth values;
+// (2) without hole filling one elementwise normalisation; with it the two linear sweeps of
+//     common/flow_hole_fill.h: a row pass (normalises the non-holes, left + right of the holes)
+//     and a column pass (top + bottom, the mean);
+// (3) when checking depth, one read of the flag (the only sync), and the host check only if set.
 // Backward: a gather per source pixel from the (up to four) pixels it reached, after the hole
 // filling's transpose when filling was on; no atomics, so it is deterministic.
 #include <ATen/OpMathType.h>
 #include <torch/library.h>
 
+#include <type_traits>
+
 #include "common/cuda_utils.cuh"
+#include "common/flow_hole_fill.h"
 #include "common/flow_projection.h"
 #include "depth_flow_projection/depth_flow_projection.h"
 
@@ -18,15 +25,6 @@ namespace redet {
 namespace {
 
 // ---- scatter ------------------------------------------------------------------------------
-
-// Side data kept after the accumulators' pixel slots (and zeroed with them): the invalid-depth
-// flag (null when not checking), then per image which rows (B, H) and columns (B, W) got a
-// weight > 0 anywhere, so that the hole filling can skip walks through empty rows/columns.
-struct ScatterSideData {
-  int* invalid_depth;
-  int* row_occupied;
-  int* column_occupied;
-};
 
 struct FloatAccumulator {
   float* acc;
@@ -75,7 +73,7 @@ __device__ __forceinline__ bool depth_is_valid(acc_t d, bool inverse_depth) {
 template <typename scalar_t, typename acc_t, typename Accumulator>
 __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t* __restrict__ depth,
                                int64_t batch, int height, int width, acc_t t, bool inverse_depth,
-                               Accumulator accumulator, ScatterSideData side) {
+                               Accumulator accumulator, int* invalid_depth) {
   const int64_t plane = static_cast<int64_t>(height) * width;
   const int64_t total = batch * plane;
   const int lane = threadIdx.x & 31;
@@ -90,9 +88,7 @@ __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t
       const int y = static_cast<int>(i / width);
       const int x = static_cast<int>(i - static_cast<int64_t>(y) * width);
       const acc_t d = static_cast<acc_t>(depth[index]);
-      if (side.invalid_depth != nullptr && !depth_is_valid(d, inverse_depth)) {
-        atomicOr(side.invalid_depth, 1);
-      }
+      if (invalid_depth != nullptr && !depth_is_valid(d, inverse_depth)) *invalid_depth = 1;
       const acc_t gx = t * static_cast<acc_t>(flow[b * 2 * plane + i]);
       const acc_t gy = t * static_cast<acc_t>(flow[b * 2 * plane + plane + i]);
       ProjectionCorners c;
@@ -106,12 +102,6 @@ __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t
         top_right = top + c.right;
         bottom_left = bottom + c.left;
         bottom_right = bottom + c.right;
-        if (w > acc_t(0)) {  // plain stores of 1: racing writers agree
-          side.row_occupied[b * height + c.top] = 1;
-          side.row_occupied[b * height + c.bottom] = 1;
-          side.column_occupied[b * width + c.left] = 1;
-          side.column_occupied[b * width + c.right] = 1;
-        }
       }
     }
     constexpr unsigned kAll = 0xffffffffu;
@@ -137,84 +127,273 @@ __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t
   }
 }
 
-// ---- finalize (normalise + fill holes) ----------------------------------------------------
+// ---- accumulator slots -------------------------------------------------------------------
+// Each kernel below takes a Slots argument and calls bind() once: the fixed-point slots read
+// their scales from the device there.
 
-struct FloatReader {
-  const float* acc;
+struct FloatSlots {  // one 16-byte load per pixel
+  using calc_type = float;
+  float* acc;
+  __device__ __forceinline__ FloatSlots bind() const { return *this; }
   __device__ __forceinline__ void load(int64_t i, float* sx, float* sy, float* c) const {
-    const float4 v = __ldg(reinterpret_cast<const float4*>(acc) + i);
+    const float4 v = reinterpret_cast<const float4*>(acc)[i];
     *sx = v.x;
     *sy = v.y;
     *c = v.z;
   }
-};
-
-struct DoubleReader {
-  const double* acc;
-  __device__ __forceinline__ void load(int64_t i, double* sx, double* sy, double* c) const {
-    *sx = acc[4 * i];
-    *sy = acc[4 * i + 1];
-    *c = acc[4 * i + 2];
+  __device__ __forceinline__ void store_partial(int64_t i, float x, float y) const {
+    reinterpret_cast<float2*>(acc)[2 * i] = make_float2(x, y);
+  }
+  __device__ __forceinline__ void load_partial(int64_t i, float* x, float* y) const {
+    const float2 v = reinterpret_cast<const float2*>(acc)[2 * i];
+    *x = v.x;
+    *y = v.y;
   }
 };
 
-struct FixedPointReader {
-  const long long* acc;
+struct DoubleSlots : PlainSlots<double> {
+  using calc_type = double;
+  __device__ __forceinline__ DoubleSlots bind() const { return *this; }
+};
+
+// 64-bit fixed point (deterministic mode); a hole's partial sum is stored as double bits.
+struct FixedPointSlots {
+  using calc_type = double;
+  long long* acc;
+  const double* bound;  // on the device: bound[0] bounds every count, bound[1] every |sum|
   double sum_scale, count_scale;
+  __device__ __forceinline__ FixedPointSlots bind() const {
+    return {acc, bound, fixed_point_scale(bound[1]), fixed_point_scale(bound[0])};
+  }
   __device__ __forceinline__ void load(int64_t i, double* sx, double* sy, double* c) const {
     *sx = from_fixed_point(acc[4 * i], sum_scale);
     *sy = from_fixed_point(acc[4 * i + 1], sum_scale);
     *c = from_fixed_point(acc[4 * i + 2], count_scale);
   }
+  __device__ __forceinline__ void store_partial(int64_t i, double x, double y) const {
+    acc[4 * i] = __double_as_longlong(x);
+    acc[4 * i + 1] = __double_as_longlong(y);
+  }
+  __device__ __forceinline__ void load_partial(int64_t i, double* x, double* y) const {
+    *x = __longlong_as_double(acc[4 * i]);
+    *y = __longlong_as_double(acc[4 * i + 1]);
+  }
 };
 
-// The float atomics path per accumulation type.
-template <typename acc_t>
-struct AtomicAccumulation;
-template <>
-struct AtomicAccumulation<float> {
-  using Accumulator = FloatAccumulator;
-  using Reader = FloatReader;
-};
-template <>
-struct AtomicAccumulation<double> {
-  using Accumulator = DoubleAccumulator;
-  using Reader = DoubleReader;
-};
+// ---- normalise without hole filling -------------------------------------------------------
 
-template <typename scalar_t, typename count_t, typename calc_t, typename Reader>
-__device__ __forceinline__ void finalize_all(const Reader& reader, ScatterSideData side,
-                                             int64_t batch, int height, int width, bool fill_holes,
-                                             scalar_t* __restrict__ out, count_t* __restrict__ count) {
-  const int64_t plane = static_cast<int64_t>(height) * width;
+template <typename scalar_t, typename count_t, typename Slots>
+__global__ void normalize_kernel(Slots slots_arg, int64_t batch, int64_t plane,
+                                 scalar_t* __restrict__ out, count_t* __restrict__ count) {
+  using calc_t = typename Slots::calc_type;
+  const Slots slots = slots_arg.bind();
   REDET_CUDA_GRID_STRIDE(index, batch * plane) {
     const int64_t b = index / plane, i = index - b * plane;
-    const int y = static_cast<int>(i / width), x = static_cast<int>(i - static_cast<int64_t>(y) * width);
-    calc_t ox, oy, c;
-    finalize_pixel(reader, b * plane, x, y, width, height, fill_holes,
-                   side.row_occupied[b * height + y] != 0, side.column_occupied[b * width + x] != 0,
-                   &ox, &oy, &c);
-    out[b * 2 * plane + i] = static_cast<scalar_t>(ox);
-    out[b * 2 * plane + plane + i] = static_cast<scalar_t>(oy);
-    count[index] = static_cast<count_t>(c);
+    const auto p = load_projected<count_t, calc_t>(slots, index);  // a hole gives (0, 0, 0)
+    out[b * 2 * plane + i] = static_cast<scalar_t>(p.x);
+    out[b * 2 * plane + plane + i] = static_cast<scalar_t>(p.y);
+    count[index] = p.count;
   }
 }
 
-template <typename scalar_t, typename acc_t, typename Reader>
-__global__ void finalize_kernel(Reader reader, ScatterSideData side, int64_t batch, int height,
-                                int width, bool fill_holes, scalar_t* __restrict__ out,
-                                acc_t* __restrict__ count) {
-  finalize_all<scalar_t, acc_t, acc_t>(reader, side, batch, height, width, fill_holes, out, count);
+// ---- hole filling, row pass (see common/flow_hole_fill.h) ---------------------------------
+// One block per row; warp w sweeps the consecutive 32-pixel chunks [begin, end) of the row. In a
+// chunk, a ballot of the non-holes gives each hole its nearest non-holes inside the chunk (the
+// closest set bits below and above its lane); holes after the chunk's last non-hole wait
+// ("pending") until a later chunk shows the run's right end. The non-holes just outside a warp's
+// segment come from the other warps' first/last non-holes, exchanged in shared memory.
+
+constexpr int kWarp = 32;
+constexpr unsigned kAllLanes = 0xffffffffu;
+constexpr int kRowWarps = 8;       // warps (row segments) per row
+constexpr int kColumnGroups = 16;  // row segments per column in the column pass
+
+template <typename count_t, typename Slots>
+__device__ __forceinline__ bool is_non_hole(const Slots& slots, int64_t i) {
+  typename Slots::calc_type sx, sy, c;
+  slots.load(i, &sx, &sy, &c);
+  return stored_count_is_positive<count_t>(c);
 }
 
-template <typename scalar_t, typename count_t>
-__global__ void finalize_fixed_point_kernel(const long long* __restrict__ acc,
-                                            const double* __restrict__ bound, ScatterSideData side,
-                                            int64_t batch, int height, int width, bool fill_holes,
-                                            scalar_t* __restrict__ out, count_t* __restrict__ count) {
-  const FixedPointReader reader{acc, fixed_point_scale(bound[1]), fixed_point_scale(bound[0])};
-  finalize_all<scalar_t, count_t, double>(reader, side, batch, height, width, fill_holes, out,
-                                          count);
+// First / last non-hole of the row segment [begin, end) (-1: none); warp-uniform.
+template <typename count_t, typename Slots>
+__device__ int first_non_hole_in_row(const Slots& slots, int64_t row, int begin, int end, int lane) {
+  for (int x0 = begin; x0 < end; x0 += kWarp) {
+    const unsigned mask = __ballot_sync(kAllLanes, x0 + lane < end && is_non_hole<count_t>(slots, row + x0 + lane));
+    if (mask != 0) return x0 + __ffs(mask) - 1;
+  }
+  return -1;
+}
+
+template <typename count_t, typename Slots>
+__device__ int last_non_hole_in_row(const Slots& slots, int64_t row, int begin, int end, int lane) {
+  if (end <= begin) return -1;
+  for (int x0 = begin + (end - 1 - begin) / kWarp * kWarp; x0 >= begin; x0 -= kWarp) {
+    const unsigned mask = __ballot_sync(kAllLanes, x0 + lane < end && is_non_hole<count_t>(slots, row + x0 + lane));
+    if (mask != 0) return x0 + kWarp - 1 - __clz(mask);
+  }
+  return -1;
+}
+
+// The value of `lane`'s pixel, read by every lane from lane `from`.
+template <typename calc_t>
+__device__ __forceinline__ NeighbourValue<calc_t> value_of_lane(bool found, calc_t x, calc_t y, int from) {
+  return {found, __shfl_sync(kAllLanes, x, from), __shfl_sync(kAllLanes, y, from)};
+}
+
+// Stores left + right into every hole of [first, end) of the row (all lanes together).
+template <typename calc_t, typename count_t, typename Slots>
+__device__ void store_row_run(const Slots& slots, count_t* count, int64_t row, int first, int end,
+                              const NeighbourValue<calc_t>& left,
+                              const NeighbourValue<calc_t>& right, int lane) {
+  for (int x = first + lane; x < end; x += kWarp) store_row_partial(slots, count, row + x, left, right);
+}
+
+// One warp's sweep of [begin, end) of the row whose slot 0 is `row` (`out`: the row in the x
+// plane). before/after: the nearest non-holes outside the segment (-1: none).
+template <typename scalar_t, typename count_t, typename Slots>
+__device__ void sweep_row_segment(const Slots& slots, count_t* count, scalar_t* out, int64_t plane,
+                                  int64_t row, int begin, int end, int before, int after, int lane) {
+  using calc_t = typename Slots::calc_type;
+  using Value = NeighbourValue<calc_t>;
+  Value carry = projected_value_at<calc_t>(slots, before >= 0 ? row + before : -1);  // left of the chunk
+  int pending = -1;  // first hole of a run whose right end has not been seen yet
+  for (int x0 = begin; x0 < end; x0 += kWarp) {
+    const int x = x0 + lane;
+    ProjectedPixel<calc_t, count_t> p{false, calc_t(0), calc_t(0), count_t(0)};
+    if (x < end) p = load_projected<count_t, calc_t>(slots, row + x);
+    if (p.valid) {
+      out[x] = static_cast<scalar_t>(p.x);
+      out[plane + x] = static_cast<scalar_t>(p.y);
+      count[row + x] = p.count;
+    }
+    const unsigned mask = __ballot_sync(kAllLanes, p.valid);
+    if (mask == 0) {  // all holes: the run goes on
+      if (pending < 0) pending = x0;
+      continue;
+    }
+    const unsigned lower = mask & ((1u << lane) - 1u);
+    const unsigned higher = lane == kWarp - 1 ? 0u : mask & (~0u << (lane + 1));
+    const Value left = value_of_lane(lower != 0, p.x, p.y, lower != 0 ? kWarp - 1 - __clz(lower) : lane);
+    const Value right = value_of_lane(higher != 0, p.x, p.y, higher != 0 ? __ffs(higher) - 1 : lane);
+    const int first = __ffs(mask) - 1, last = kWarp - 1 - __clz(mask);
+    if (pending >= 0) {  // the run that began in an earlier chunk ends at this chunk's first non-hole
+      store_row_run(slots, count, row, pending, x0, carry, value_of_lane(true, p.x, p.y, first), lane);
+      pending = -1;
+    }
+    if (x < end && !p.valid && higher != 0) {
+      store_row_partial(slots, count, row + x, lower != 0 ? left : carry, right);
+    }
+    carry = value_of_lane(true, p.x, p.y, last);
+    const int chunk_end = min(x0 + kWarp, end);
+    if (x0 + last + 1 < chunk_end) pending = x0 + last + 1;
+  }
+  if (pending >= 0) {
+    store_row_run(slots, count, row, pending, end, carry,
+                  projected_value_at<calc_t>(slots, after >= 0 ? row + after : -1), lane);
+  }
+}
+
+template <typename scalar_t, typename count_t, typename Slots>
+__global__ void fill_rows_kernel(Slots slots_arg, int64_t batch, int height, int width,
+                                 scalar_t* __restrict__ out, count_t* __restrict__ count) {
+  __shared__ int segment_first[kRowWarps], segment_last[kRowWarps];
+  const Slots slots = slots_arg.bind();
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  const int chunks_per_warp = ((width + kWarp - 1) / kWarp + warps - 1) / warps;
+  const int begin = min(width, warp * chunks_per_warp * kWarp);
+  const int end = min(width, begin + chunks_per_warp * kWarp);
+  const int64_t plane = static_cast<int64_t>(height) * width;
+  for (int64_t r = blockIdx.x; r < batch * height; r += gridDim.x) {
+    const int64_t row = r * width;                // slot of (b, y, 0) = b·plane + y·width
+    scalar_t* out_row = out + (r / height) * plane + row;  // (b, 0, y, 0) of the output
+    int before = -1, after = -1;
+    if (warps > 1) {  // the non-holes around this warp's segment
+      const int first = first_non_hole_in_row<count_t>(slots, row, begin, end, lane);
+      const int last = first < 0 ? -1 : last_non_hole_in_row<count_t>(slots, row, begin, end, lane);
+      if (lane == 0) {
+        segment_first[warp] = first;
+        segment_last[warp] = last;
+      }
+      __syncthreads();
+      for (int w = warp - 1; w >= 0 && before < 0; --w) before = segment_last[w];
+      for (int w = warp + 1; w < warps && after < 0; ++w) after = segment_first[w];
+      __syncthreads();  // shared memory is reused by the next row
+    }
+    sweep_row_segment(slots, count, out_row, plane, row, begin, end, before, after, lane);
+  }
+}
+
+// ---- hole filling, column pass ------------------------------------------------------------
+// One block per 32 adjacent columns (lanes: coalesced), its warps on consecutive row segments.
+// Each thread sweeps its segment 32 rows at a time (32 independent loads of count, then the runs
+// from the hole mask). Runs that touch the segment's ends wait until the neighbouring segments'
+// first/last non-holes are known (shared memory).
+
+template <typename count_t>
+__device__ __forceinline__ uint32_t column_hole_word(const count_t* count, int64_t column,
+                                                     int width, int y0, int end) {
+  uint32_t holes = 0;
+#pragma unroll
+  for (int k = 0; k < 32; ++k) {
+    if (y0 + k < end && !(count[column + static_cast<int64_t>(y0 + k) * width] > count_t(0))) {
+      holes |= 1u << k;
+    }
+  }
+  return holes;
+}
+
+template <typename scalar_t, typename count_t, typename Slots>
+__global__ void fill_columns_kernel(Slots slots_arg, int64_t batch, int height, int width,
+                                    scalar_t* __restrict__ out, count_t* __restrict__ count) {
+  using calc_t = typename Slots::calc_type;
+  __shared__ int segment_first[kColumnGroups][kWarp], segment_last[kColumnGroups][kWarp];
+  const Slots slots = slots_arg.bind();
+  const int lane = threadIdx.x % kWarp, group = threadIdx.x / kWarp, groups = blockDim.x / kWarp;
+  const int rows_per_group = (height + groups - 1) / groups;
+  const int begin = min(height, group * rows_per_group);
+  const int end = min(height, begin + rows_per_group);
+  const int strips = (width + kWarp - 1) / kWarp;
+  const int64_t plane = static_cast<int64_t>(height) * width;
+  for (int64_t s = blockIdx.x; s < batch * strips; s += gridDim.x) {
+    const int64_t b = s / strips;
+    const int x = static_cast<int>(s - b * strips) * kWarp + lane;
+    const int64_t column = b * plane + x;  // slot of (b, 0, x)
+    scalar_t* out_column = out + b * plane + column;
+    auto fill = [&](int first, int stop, int top, int bottom) {
+      fill_column_run<scalar_t, count_t, calc_t>(slots, count, out_column, plane, column, width,
+                                                 first, stop, top, bottom);
+    };
+    // Runs touching the segment's ends: [begin, head_end) and [tail_begin, end).
+    int head_end = -1, head_bottom = -1, tail_begin = -1, tail_top = -1, first = -1, last = -1;
+    if (x < width && begin < end) {
+      last = for_each_hole_run(
+          begin, end, kOutsideUnknown, kOutsideUnknown,
+          [&](int y0) { return column_hole_word(count, column, width, y0, end); },
+          [&](int run_first, int run_end, int top, int bottom) {
+            if (top == kOutsideUnknown) {
+              head_end = run_end;
+              head_bottom = bottom;
+            } else if (bottom == kOutsideUnknown) {
+              tail_begin = run_first;
+              tail_top = top;
+            } else {
+              fill(run_first, run_end, top, bottom);
+            }
+          });
+      if (last == kOutsideUnknown) last = -1;
+      first = head_end < 0 ? begin : (head_bottom == kOutsideUnknown ? -1 : head_end);
+    }
+    segment_first[group][lane] = first;
+    segment_last[group][lane] = last;
+    __syncthreads();
+    int above = -1, below = -1;
+    for (int g = group - 1; g >= 0 && above < 0; --g) above = segment_last[g][lane];
+    for (int g = group + 1; g < groups && below < 0; ++g) below = segment_first[g][lane];
+    __syncthreads();  // shared memory is reused by the next strip
+    if (head_end >= 0) fill(begin, head_end, above, head_bottom == kOutsideUnknown ? below : head_bottom);
+    if (tail_begin >= 0) fill(tail_begin, end, tail_top, below);
+  }
 }
 
 // ---- backward -----------------------------------------------------------------------------
@@ -273,27 +452,53 @@ at::Tensor fixed_point_bounds(const at::Tensor& flow, const at::Tensor& depth, d
   return at::stack({count_bound, count_bound * f_max * t});
 }
 
-// Accumulators: 4 values per pixel, then room for the ScatterSideData ints, all zeroed by one
-// memset; so the depth check costs no extra kernel, only one read of the flag at the end.
-at::Tensor zeroed_accumulators(int64_t pixels, int64_t batch, int height, int width,
-                               const at::TensorOptions& options) {
-  const int64_t slot_bytes = 4 * static_cast<int64_t>(options.dtype().itemsize());
-  const int64_t side_bytes = 4 * (1 + batch * (height + width));
-  return at::zeros({pixels + (side_bytes + slot_bytes - 1) / slot_bytes, 4}, options);
+// Accumulators: 4 values per pixel, then one more slot whose first int is the invalid-depth flag;
+// zeroed by one memset, so the depth check costs no kernel of its own.
+at::Tensor zeroed_accumulators(int64_t pixels, const at::TensorOptions& options,
+                               cudaStream_t stream) {
+  auto acc = at::empty({pixels + 1, 4}, options);
+  C10_CUDA_CHECK(cudaMemsetAsync(acc.data_ptr(), 0, acc.nbytes(), stream));
+  return acc;
 }
 
-ScatterSideData side_data(const at::Tensor& acc, int64_t pixels, int64_t batch, int height,
-                          bool check_depth) {
-  int* base = reinterpret_cast<int*>(static_cast<char*>(acc.data_ptr()) +
-                                     pixels * 4 * acc.element_size());
-  return {check_depth ? base : nullptr, base + 1, base + 1 + batch * height};
+int* invalid_depth_flag(const at::Tensor& acc, int64_t pixels, bool check_depth) {
+  if (!check_depth) return nullptr;
+  return reinterpret_cast<int*>(static_cast<char*>(acc.data_ptr()) + pixels * 4 * acc.element_size());
 }
 
-void raise_if_invalid_depth(const at::Tensor& acc, int64_t pixels, const at::Tensor& depth,
-                            bool inverse_depth, bool check_depth) {
-  if (!check_depth) return;
-  const auto flag = acc.flatten().slice(0, pixels * 4, pixels * 4 + 1).view(at::kInt)[0];
-  if (flag.item<int>() != 0) check_depth_values(depth, inverse_depth, "depth_flow_projection");
+// The call's one host synchronisation (only when checking): after all kernels, so it waits once.
+void raise_if_invalid_depth(const int* flag, const at::Tensor& depth, bool inverse_depth,
+                            cudaStream_t stream) {
+  if (flag == nullptr) return;
+  int host_flag = 0;
+  C10_CUDA_CHECK(cudaMemcpyAsync(&host_flag, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // Found one: let the host-side check name the first bad value.
+  if (host_flag != 0) check_depth_values(depth, inverse_depth, "depth_flow_projection");
+}
+
+// Normalisation, or the two passes of the hole filling.
+template <typename scalar_t, typename count_t, typename Slots>
+void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool fill_holes,
+                     cudaStream_t stream) {
+  scalar_t* out = io.output.data_ptr<scalar_t>();
+  count_t* count = io.count.data_ptr<count_t>();
+  const int64_t plane = static_cast<int64_t>(io.height) * io.width;
+  if (!fill_holes) {
+    normalize_kernel<scalar_t, count_t><<<blocks_for(io.batch * plane), kThreads, 0, stream>>>(
+        slots, io.batch, plane, out, count);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  const int chunks = (io.width + kWarp - 1) / kWarp;
+  fill_rows_kernel<scalar_t, count_t><<<blocks_for(io.batch * io.height, 1),
+                                        kWarp * std::min(kRowWarps, chunks), 0, stream>>>(
+      slots, io.batch, io.height, io.width, out, count);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  fill_columns_kernel<scalar_t, count_t><<<blocks_for(io.batch * chunks, 1),
+                                           kWarp * std::min(kColumnGroups, io.height), 0, stream>>>(
+      slots, io.batch, io.height, io.width, out, count);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& flow_,
@@ -304,54 +509,40 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
   check_depth_flow_projection_args(flow_, depth_, t, op);
   c10::cuda::CUDAGuard guard(flow_.device());
   const auto io = prepare_flow_projection_forward(flow_, depth_);
-  const at::Tensor &flow = io.flow, &depth = io.depth, &output = io.output, &count = io.count;
-  const int64_t batch = io.batch;
-  const int height = io.height, width = io.width;
-  const int64_t n = batch * height * width;
-  if (n == 0) return {output, count};
-  const auto acc_type = flow_projection_acc_type(flow.scalar_type());
-  auto stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor &flow = io.flow, &depth = io.depth;
+  const int64_t n = io.batch * io.height * io.width;
+  if (n == 0) return {io.output, io.count};
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int blocks = blocks_for(n);
+  const bool deterministic = at::globalContext().deterministicAlgorithms();
+  const auto acc_type = deterministic ? at::kLong : flow_projection_acc_type(flow.scalar_type());
+  const auto acc = zeroed_accumulators(n, flow.options().dtype(acc_type), stream);
+  int* invalid_depth = invalid_depth_flag(acc, n, check_depth);
 
-  if (at::globalContext().deterministicAlgorithms()) {
-    auto acc = zeroed_accumulators(n, batch, height, width, flow.options().dtype(at::kLong));
-    const auto side = side_data(acc, n, batch, height, check_depth);
-    const auto bound = fixed_point_bounds(flow, depth, t, inverse_depth);
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_det", [&] {
-      using acc_t = at::opmath_type<scalar_t>;
-      long long* a = reinterpret_cast<long long*>(acc.data_ptr<int64_t>());
-      scatter_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
-          flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), batch, height, width,
-          static_cast<acc_t>(t), inverse_depth, FixedPointAccumulator{a, bound.data_ptr<double>()},
-          side);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-      finalize_fixed_point_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
-          a, bound.data_ptr<double>(), side, batch, height, width, fill_holes,
-          output.data_ptr<scalar_t>(), count.data_ptr<acc_t>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
-    raise_if_invalid_depth(acc, n, depth, inverse_depth, check_depth);
-    return {output, count};
-  }
-
-  auto acc = zeroed_accumulators(n, batch, height, width, flow.options().dtype(acc_type));
-  const auto side = side_data(acc, n, batch, height, check_depth);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    using Atomics = AtomicAccumulation<acc_t>;
-    acc_t* a = acc.data_ptr<acc_t>();
-    scatter_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
-        flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), batch, height, width,
-        static_cast<acc_t>(t), inverse_depth, typename Atomics::Accumulator{a},
-        side);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    finalize_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
-        typename Atomics::Reader{a}, side, batch, height, width, fill_holes,
-        output.data_ptr<scalar_t>(), count.data_ptr<acc_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    auto scatter = [&](auto accumulator) {
+      scatter_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
+          flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), io.batch, io.height, io.width,
+          static_cast<acc_t>(t), inverse_depth, accumulator, invalid_depth);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    if (deterministic) {
+      const auto bound = fixed_point_bounds(flow, depth, t, inverse_depth);
+      long long* a = reinterpret_cast<long long*>(acc.data_ptr<int64_t>());
+      scatter(FixedPointAccumulator{a, bound.data_ptr<double>()});
+      launch_finalize<scalar_t, acc_t>(FixedPointSlots{a, bound.data_ptr<double>(), 0.0, 0.0}, io,
+                                       fill_holes, stream);
+    } else if constexpr (std::is_same_v<acc_t, double>) {
+      scatter(DoubleAccumulator{acc.data_ptr<double>()});
+      launch_finalize<scalar_t, acc_t>(DoubleSlots{{acc.data_ptr<double>()}}, io, fill_holes, stream);
+    } else {
+      scatter(FloatAccumulator{acc.data_ptr<float>()});
+      launch_finalize<scalar_t, acc_t>(FloatSlots{acc.data_ptr<float>()}, io, fill_holes, stream);
+    }
   });
-  raise_if_invalid_depth(acc, n, depth, inverse_depth, check_depth);
-  return {output, count};
+  raise_if_invalid_depth(invalid_depth, depth, inverse_depth, stream);
+  return {io.output, io.count};
 }
 
 std::tuple<at::Tensor, at::Tensor> depth_flow_projection_backward_cuda(

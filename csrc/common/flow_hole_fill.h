@@ -1,0 +1,199 @@
+// Hole filling of the depth-aware flow projection, shared by the CPU and CUDA kernels.
+//
+// A hole (count <= 0 after the scatter) takes the mean of the nearest non-holes to its left,
+// right, top and bottom, summed in that order. Walking from every hole to its neighbours costs
+// O(run length) per hole, O(run²) per run of holes, and a column walk reads one pixel per row.
+// Instead, observe that all holes of one maximal run in a row share the same left and right
+// neighbour (the non-holes bounding the run), and likewise in a column. So two linear sweeps:
+//   1. Row pass: every row is swept once, left to right. A non-hole gets its output (sum/count)
+//      and count. When a run of holes ends, each hole of the run gets the partial sum
+//      left + right of the run's bounding values, stored in its own (now free) accumulator slot,
+//      and −(directions found so far) in count.
+//   2. Column pass: every column is swept once, top to bottom. When a run of holes ends, each
+//      hole adds the run's top and bottom values to its partial sum, divides by the number of
+//      directions found and writes output and count = −found.
+// The sum (((left + right) + top) + bottom) / found is the same as that of the plain walk, and
+// each pixel is read a bounded number of times whatever the holes look like. On CUDA the row
+// pass is warp-cooperative (coalesced along the row) and the column pass runs one thread per
+// column (coalesced across threads); both split long lines into segments whose bounding
+// non-holes are exchanged through shared memory (see the kernels).
+//
+// Accumulator slots: `Slots` gives load(i, &sum_x, &sum_y, &count) for pixel i (batch-flat) and
+// store_partial/load_partial for a hole's partial sum (a hole's accumulated sums are unused).
+#pragma once
+#include <stdint.h>
+
+#include "common/macros.h"
+
+namespace redet {
+
+// Accumulator slots, 4 values per pixel: (sum_x, sum_y, count, unused); after the row pass a
+// hole's (sum_x, sum_y) hold its partial fill sum.
+template <typename acc_t>
+struct PlainSlots {
+  acc_t* acc;
+  REDET_HOST_DEVICE void load(int64_t i, acc_t* sum_x, acc_t* sum_y, acc_t* count) const {
+    *sum_x = acc[4 * i];
+    *sum_y = acc[4 * i + 1];
+    *count = acc[4 * i + 2];
+  }
+  REDET_HOST_DEVICE void store_partial(int64_t i, acc_t x, acc_t y) const {
+    acc[4 * i] = x;
+    acc[4 * i + 1] = y;
+  }
+  REDET_HOST_DEVICE void load_partial(int64_t i, acc_t* x, acc_t* y) const {
+    *x = acc[4 * i];
+    *y = acc[4 * i + 1];
+  }
+};
+
+// A pixel after the scatter: its projected value and stored count, or a hole (0, 0, 0).
+template <typename calc_t, typename count_t>
+struct ProjectedPixel {
+  bool valid;
+  calc_t x, y;
+  count_t count;
+};
+
+// A neighbour's projected value; `found` is false where the direction has no non-hole.
+template <typename calc_t>
+struct NeighbourValue {
+  bool found;
+  calc_t x, y;
+};
+
+// A non-hole's count as stored; the pixel is a hole when this is not > 0. (In deterministic mode
+// the sums are computed in double but count is stored as float for float input: deciding on the
+// stored value keeps every pass of the fill in agreement.)
+template <typename count_t, typename calc_t>
+REDET_HOST_DEVICE bool stored_count_is_positive(calc_t count) {
+  return static_cast<count_t>(count) > count_t(0);
+}
+
+template <typename count_t, typename calc_t, typename Slots>
+REDET_HOST_DEVICE ProjectedPixel<calc_t, count_t> load_projected(const Slots& slots, int64_t i) {
+  calc_t sx, sy, c;
+  slots.load(i, &sx, &sy, &c);
+  if (!stored_count_is_positive<count_t>(c)) return {false, calc_t(0), calc_t(0), count_t(0)};
+  return {true, sx / c, sy / c, static_cast<count_t>(c)};
+}
+
+// The projected value of the non-hole at slot i (or "not found" for i < 0).
+template <typename calc_t, typename Slots>
+REDET_HOST_DEVICE NeighbourValue<calc_t> projected_value_at(const Slots& slots, int64_t i) {
+  if (i < 0) return {false, calc_t(0), calc_t(0)};
+  calc_t sx, sy, c;
+  slots.load(i, &sx, &sy, &c);
+  return {true, sx / c, sy / c};
+}
+
+// The running fill sum of one hole, neighbours added in the fixed order left, right, top, bottom.
+template <typename calc_t>
+struct HoleSum {
+  calc_t x, y;
+  int found;
+  REDET_HOST_DEVICE void add(const NeighbourValue<calc_t>& v) {
+    if (!v.found) return;
+    x += v.x;
+    y += v.y;
+    ++found;
+  }
+};
+
+// Row pass, one hole at slot i: keeps left + right in the slot and −(found) in count.
+template <typename calc_t, typename count_t, typename Slots>
+REDET_HOST_DEVICE void store_row_partial(const Slots& slots, count_t* count, int64_t i,
+                                         const NeighbourValue<calc_t>& left,
+                                         const NeighbourValue<calc_t>& right) {
+  HoleSum<calc_t> sum{calc_t(0), calc_t(0), 0};
+  sum.add(left);
+  sum.add(right);
+  slots.store_partial(i, sum.x, sum.y);
+  count[i] = -static_cast<count_t>(sum.found);
+}
+
+// Column pass: finishes the holes at rows [first, end) of one column, whose nearest non-holes
+// above and below are at rows `top` and `bottom` (-1: none). `column` is the slot/count index of
+// the column's row 0 and `out` points at the column's row 0 in the x plane of the output.
+template <typename scalar_t, typename count_t, typename calc_t, typename Slots>
+REDET_HOST_DEVICE void fill_column_run(const Slots& slots, count_t* count, scalar_t* out,
+                                       int64_t plane, int64_t column, int width, int first,
+                                       int end, int top, int bottom) {
+  const NeighbourValue<calc_t> above =
+      projected_value_at<calc_t>(slots, top >= 0 ? column + static_cast<int64_t>(top) * width : -1);
+  const NeighbourValue<calc_t> below = projected_value_at<calc_t>(
+      slots, bottom >= 0 ? column + static_cast<int64_t>(bottom) * width : -1);
+  for (int y = first; y < end; ++y) {
+    const int64_t offset = static_cast<int64_t>(y) * width;
+    HoleSum<calc_t> sum{calc_t(0), calc_t(0), static_cast<int>(-count[column + offset])};
+    slots.load_partial(column + offset, &sum.x, &sum.y);
+    sum.add(above);
+    sum.add(below);
+    const bool any = sum.found > 0;
+    out[offset] = static_cast<scalar_t>(any ? sum.x / static_cast<calc_t>(sum.found) : calc_t(0));
+    out[plane + offset] =
+        static_cast<scalar_t>(any ? sum.y / static_cast<calc_t>(sum.found) : calc_t(0));
+    count[column + offset] = -static_cast<count_t>(sum.found);
+  }
+}
+
+// Bit helpers for 32-position hole masks.
+REDET_HOST_DEVICE int lowest_set_bit(uint32_t v) {  // v != 0
+#if defined(__CUDA_ARCH__)
+  return __ffs(v) - 1;
+#else
+  return __builtin_ctz(v);
+#endif
+}
+
+REDET_HOST_DEVICE int highest_set_bit(uint32_t v) {  // v != 0
+#if defined(__CUDA_ARCH__)
+  return 31 - __clz(v);
+#else
+  return 31 - __builtin_clz(v);
+#endif
+}
+
+// A position meaning "the nearest non-hole lies outside the range and is not known yet".
+constexpr int kOutsideUnknown = -2;
+
+// Calls on_run(first, end, before, after) for every maximal run [first, end) of holes among the
+// positions [begin, end_), in order. hole_word(p) returns a mask whose bit k says whether
+// position p + k is a hole (bits at or beyond end_ are ignored): a caller can load 32 positions
+// at once. before/after are the nearest non-holes around the run; for a run touching begin or
+// end_ they are before_begin / after_end as given (-1: none, or kOutsideUnknown). Returns the
+// last non-hole of the range (before_begin if there is none). Linear in end_ − begin.
+template <typename HoleWord, typename OnRun>
+REDET_HOST_DEVICE int for_each_hole_run(int begin, int end_, int before_begin, int after_end,
+                                        const HoleWord& hole_word, const OnRun& on_run) {
+  int before = before_begin, run = -1;
+  for (int word = begin; word < end_; word += 32) {
+    const int n = end_ - word < 32 ? end_ - word : 32;
+    const uint32_t in_range = n == 32 ? ~0u : (1u << n) - 1u;
+    const uint32_t holes = hole_word(word) & in_range;
+    const uint32_t valid = ~holes & in_range;
+    int k = 0;  // first position of the word not yet classified
+    while (k < n) {
+      const uint32_t from_k = ~0u << k;
+      if (run < 0) {  // between runs: find the next hole, remembering the last non-hole before it
+        const uint32_t next_hole = holes & from_k;
+        const uint32_t up_to_hole = next_hole != 0 ? (next_hole & (0u - next_hole)) - 1u : ~0u;
+        const uint32_t skipped = valid & from_k & up_to_hole;
+        if (skipped != 0) before = word + highest_set_bit(skipped);
+        if (next_hole == 0) break;
+        k = lowest_set_bit(next_hole);
+        run = word + k;
+      } else {  // inside a run: find the non-hole that ends it
+        const uint32_t next_valid = valid & from_k;
+        if (next_valid == 0) break;
+        k = lowest_set_bit(next_valid);
+        on_run(run, word + k, before, word + k);
+        run = -1;
+      }
+    }
+  }
+  if (run >= 0) on_run(run, end_, before, after_end);
+  return before;
+}
+
+}  // namespace redet
