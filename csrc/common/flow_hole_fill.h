@@ -154,6 +154,22 @@ REDET_HOST_DEVICE int highest_set_bit(uint32_t v) {  // v != 0
 #endif
 }
 
+// Bit k set when the pixel at line[(p0 + k)·stride] is a hole (count not > 0), for p0 + k < end.
+// The 32 loads are independent, so a GPU thread has them all in flight at once.
+template <typename count_t>
+REDET_HOST_DEVICE uint32_t hole_word(const count_t* line, int64_t stride, int p0, int end) {
+  uint32_t holes = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int k = 0; k < 32; ++k) {
+    if (p0 + k < end && !(line[static_cast<int64_t>(p0 + k) * stride] > count_t(0))) {
+      holes |= 1u << k;
+    }
+  }
+  return holes;
+}
+
 // A position meaning "the nearest non-hole lies outside the range and is not known yet".
 constexpr int kOutsideUnknown = -2;
 

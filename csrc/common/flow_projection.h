@@ -5,9 +5,9 @@
 // (L,T) (R,T) (L,B) (R,B), L = floor(p.x), R = min(L+1, W-1), T = floor(p.y), B = min(T+1, H-1),
 // with equal weights (at the border one pixel can get the same contribution twice).
 // Output = sum / count; pixels with count <= 0 are holes, optionally filled with the mean of the
-// nearest non-holes to the left, right, top and bottom. In the returned count a filled hole holds
-// −(number of directions that found a non-hole), which is what the fill's backward needs.
-// Accumulators are 4 values per pixel, pixel-major: (sum_x, sum_y, count, unused).
+// nearest non-holes to the left, right, top and bottom (common/flow_hole_fill.h). In the returned
+// count a filled hole holds −(number of directions that found a non-hole), which is what the
+// fill's backward needs. Accumulators are 4 values per pixel, pixel-major: (sum_x, sum_y, count, unused).
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -59,50 +59,6 @@ REDET_HOST_DEVICE bool project_pixel(int x, int y, acc_t gx, acc_t gy, int width
 template <typename acc_t>
 REDET_HOST_DEVICE acc_t projection_weight(acc_t depth, bool inverse_depth) {
   return inverse_depth ? depth : acc_t(1) / depth;
-}
-
-// Output and count of one pixel from the accumulators. `acc.load(i, &sum_x, &sum_y, &count)`
-// reads pixel i (an index into the whole batch; the image starts at pixel `base`).
-// search_row / search_column = false say that the pixel's row / column holds no non-hole at all,
-// which spares a hole the walk to the border (whole empty columns are common: a camera pan).
-template <typename calc_t, typename Reader>
-REDET_HOST_DEVICE void finalize_pixel(const Reader& acc, int64_t base, int x, int y, int width,
-                                      int height, bool fill_holes, bool search_row,
-                                      bool search_column, calc_t* out_x, calc_t* out_y,
-                                      calc_t* count) {
-  calc_t sx, sy, c;
-  acc.load(base + static_cast<int64_t>(y) * width + x, &sx, &sy, &c);
-  if (c > calc_t(0)) {
-    *out_x = sx / c;
-    *out_y = sy / c;
-    *count = c;
-    return;
-  }
-  calc_t vx = 0, vy = 0;
-  int found = 0;
-  if (fill_holes) {
-    // The four directions in a fixed order (left, right, top, bottom): the sum is reproducible.
-    const int dx[4] = {-1, 1, 0, 0}, dy[4] = {0, 0, -1, 1};
-#pragma unroll
-    for (int d = 0; d < 4; ++d) {
-      if (!(d < 2 ? search_row : search_column)) continue;
-      int xx = x + dx[d], yy = y + dy[d];
-      while (xx >= 0 && xx < width && yy >= 0 && yy < height) {
-        acc.load(base + static_cast<int64_t>(yy) * width + xx, &sx, &sy, &c);
-        if (c > calc_t(0)) {
-          vx += sx / c;
-          vy += sy / c;
-          ++found;
-          break;
-        }
-        xx += dx[d];
-        yy += dy[d];
-      }
-    }
-  }
-  *out_x = found > 0 ? vx / static_cast<calc_t>(found) : calc_t(0);
-  *out_y = found > 0 ? vy / static_cast<calc_t>(found) : calc_t(0);
-  *count = -static_cast<calc_t>(found);
 }
 
 // Backward of the hole filling (its transpose): the gradient reaching non-hole pixel x through the

@@ -1,27 +1,66 @@
 // Depth-aware flow projection on the CPU. The scatter runs image by image (parallel over the batch),
-// visiting source pixels in raster order, so it is deterministic. Finalize (normalize + hole
-// filling) and the backward are gathers, parallel over pixels.
+// visiting source pixels in raster order, so it is deterministic. Normalisation and the hole
+// filling's row pass run parallel over rows, its column pass parallel over columns (the linear
+// sweeps of common/flow_hole_fill.h); the backward is a gather, parallel over rows.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include <vector>
-
+#include "common/flow_hole_fill.h"
 #include "common/flow_projection.h"
 #include "depth_flow_projection/depth_flow_projection.h"
 
 namespace redet {
 namespace {
 
-template <typename acc_t>
-struct AccumulatorReader {
-  const acc_t* acc;  // 4 values per pixel: sum_x, sum_y, count, unused
-  void load(int64_t i, acc_t* sum_x, acc_t* sum_y, acc_t* count) const {
-    *sum_x = acc[4 * i];
-    *sum_y = acc[4 * i + 1];
-    *count = acc[4 * i + 2];
-  }
-};
+// Row pass of the hole filling (common/flow_hole_fill.h), or plain normalisation without it:
+// output and count of every non-hole; left + right partial sums of the holes.
+template <typename scalar_t, typename acc_t>
+void normalize_rows(const PlainSlots<acc_t>& slots, int64_t batch, int height, int width,
+                    bool fill_holes, scalar_t* out, acc_t* count) {
+  const int64_t plane = static_cast<int64_t>(height) * width;
+  at::parallel_for(0, batch * height, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t row = r * width;                      // slot of (b, y, 0)
+      scalar_t* out_row = out + (r / height) * plane + row;  // (b, 0, y, 0) of the output
+      for (int x = 0; x < width; ++x) {
+        const auto p = load_projected<acc_t, acc_t>(slots, row + x);  // a hole gives (0, 0, 0)
+        out_row[x] = static_cast<scalar_t>(p.x);
+        out_row[plane + x] = static_cast<scalar_t>(p.y);
+        count[row + x] = p.count;
+      }
+      if (!fill_holes) continue;
+      for_each_hole_run(
+          0, width, -1, -1,
+          [&](int x0) { return hole_word(count + row, 1, x0, width); },
+          [&](int first, int stop, int left, int right) {
+            const auto l = projected_value_at<acc_t>(slots, left >= 0 ? row + left : -1);
+            const auto r_ = projected_value_at<acc_t>(slots, right >= 0 ? row + right : -1);
+            for (int x = first; x < stop; ++x) store_row_partial(slots, count, row + x, l, r_);
+          });
+    }
+  });
+}
+
+// Column pass of the hole filling: top + bottom, the mean, output and count of the holes.
+template <typename scalar_t, typename acc_t>
+void fill_columns(const PlainSlots<acc_t>& slots, int64_t batch, int height, int width,
+                  scalar_t* out, acc_t* count) {
+  const int64_t plane = static_cast<int64_t>(height) * width;
+  at::parallel_for(0, batch * width, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t b = c / width;
+      const int64_t column = b * plane + (c - b * width);  // slot of (b, 0, x)
+      for_each_hole_run(
+          0, height, -1, -1,
+          [&](int y0) { return hole_word(count + column, width, y0, height); },
+          [&](int first, int stop, int top, int bottom) {
+            fill_column_run<scalar_t, acc_t, acc_t>(slots, count, out + b * plane + column, plane,
+                                                    column, width, first, stop, top, bottom);
+          });
+    }
+  });
+}
 
 std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& flow_,
                                                              const at::Tensor& depth_, double t,
@@ -45,8 +84,6 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& f
     const scalar_t* d = depth.data_ptr<scalar_t>();
     acc_t* a = acc.data_ptr<acc_t>();
     const acc_t tt = static_cast<acc_t>(t);
-    // Rows/columns that received weight anywhere: the hole filling skips walks through the others.
-    std::vector<char> row_occupied(batch * height, 0), column_occupied(batch * width, 0);
     at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
         const scalar_t* fx = f + b * 2 * plane;
@@ -68,34 +105,16 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& f
               target[1] -= w * gy;
               target[2] += w;
             }
-            if (w > acc_t(0)) {
-              row_occupied[b * height + c.top] = row_occupied[b * height + c.bottom] = 1;
-              column_occupied[b * width + c.left] = column_occupied[b * width + c.right] = 1;
-            }
           }
         }
       }
     });
 
+    const PlainSlots<acc_t> slots{a};
     scalar_t* out = output.data_ptr<scalar_t>();
     acc_t* cnt = count.data_ptr<acc_t>();
-    const AccumulatorReader<acc_t> reader{a};
-    at::parallel_for(0, batch * height, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        const int64_t b = row / height;
-        const int y = row % height;
-        for (int x = 0; x < width; ++x) {
-          acc_t ox, oy, c;
-          finalize_pixel(reader, b * plane, x, y, width, height, fill_holes,
-                         row_occupied[b * height + y] != 0, column_occupied[b * width + x] != 0,
-                         &ox, &oy, &c);
-          const int64_t i = static_cast<int64_t>(y) * width + x;
-          out[b * 2 * plane + i] = static_cast<scalar_t>(ox);
-          out[b * 2 * plane + plane + i] = static_cast<scalar_t>(oy);
-          cnt[b * plane + i] = c;
-        }
-      }
-    });
+    normalize_rows(slots, batch, height, width, fill_holes, out, cnt);
+    if (fill_holes) fill_columns(slots, batch, height, width, out, cnt);
   });
   return {output, count};
 }

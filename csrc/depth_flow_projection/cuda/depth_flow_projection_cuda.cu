@@ -330,19 +330,6 @@ __global__ void fill_rows_kernel(Slots slots_arg, int64_t batch, int height, int
 // from the hole mask). Runs that touch the segment's ends wait until the neighbouring segments'
 // first/last non-holes are known (shared memory).
 
-template <typename count_t>
-__device__ __forceinline__ uint32_t column_hole_word(const count_t* count, int64_t column,
-                                                     int width, int y0, int end) {
-  uint32_t holes = 0;
-#pragma unroll
-  for (int k = 0; k < 32; ++k) {
-    if (y0 + k < end && !(count[column + static_cast<int64_t>(y0 + k) * width] > count_t(0))) {
-      holes |= 1u << k;
-    }
-  }
-  return holes;
-}
-
 template <typename scalar_t, typename count_t, typename Slots>
 __global__ void fill_columns_kernel(Slots slots_arg, int64_t batch, int height, int width,
                                     scalar_t* __restrict__ out, count_t* __restrict__ count) {
@@ -369,7 +356,7 @@ __global__ void fill_columns_kernel(Slots slots_arg, int64_t batch, int height, 
     if (x < width && begin < end) {
       last = for_each_hole_run(
           begin, end, kOutsideUnknown, kOutsideUnknown,
-          [&](int y0) { return column_hole_word(count, column, width, y0, end); },
+          [&](int y0) { return hole_word(count + column, width, y0, end); },
           [&](int run_first, int run_end, int top, int bottom) {
             if (top == kOutsideUnknown) {
               head_end = run_end;
