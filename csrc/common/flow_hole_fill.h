@@ -70,12 +70,18 @@ REDET_HOST_DEVICE bool stored_count_is_positive(calc_t count) {
   return static_cast<count_t>(count) > count_t(0);
 }
 
+template <typename count_t, typename calc_t>
+REDET_HOST_DEVICE ProjectedPixel<calc_t, count_t> project_slot(calc_t sum_x, calc_t sum_y,
+                                                               calc_t count) {
+  if (!stored_count_is_positive<count_t>(count)) return {false, calc_t(0), calc_t(0), count_t(0)};
+  return {true, sum_x / count, sum_y / count, static_cast<count_t>(count)};
+}
+
 template <typename count_t, typename calc_t, typename Slots>
 REDET_HOST_DEVICE ProjectedPixel<calc_t, count_t> load_projected(const Slots& slots, int64_t i) {
   calc_t sx, sy, c;
   slots.load(i, &sx, &sy, &c);
-  if (!stored_count_is_positive<count_t>(c)) return {false, calc_t(0), calc_t(0), count_t(0)};
-  return {true, sx / c, sy / c, static_cast<count_t>(c)};
+  return project_slot<count_t>(sx, sy, c);
 }
 
 // The projected value of the non-hole at slot i (or "not found" for i < 0).

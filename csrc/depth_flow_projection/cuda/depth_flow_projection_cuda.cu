@@ -217,7 +217,7 @@ __device__ __forceinline__ bool is_non_hole(const Slots& slots, int64_t i) {
 
 // First / last non-hole of the row segment [begin, end) (-1: none); warp-uniform.
 template <typename count_t, typename Slots>
-__device__ int first_non_hole_in_row(const Slots& slots, int64_t row, int begin, int end, int lane) {
+__device__ __forceinline__ int first_non_hole_in_row(const Slots& slots, int64_t row, int begin, int end, int lane) {
   for (int x0 = begin; x0 < end; x0 += kWarp) {
     const unsigned mask = __ballot_sync(kAllLanes, x0 + lane < end && is_non_hole<count_t>(slots, row + x0 + lane));
     if (mask != 0) return x0 + __ffs(mask) - 1;
@@ -226,7 +226,7 @@ __device__ int first_non_hole_in_row(const Slots& slots, int64_t row, int begin,
 }
 
 template <typename count_t, typename Slots>
-__device__ int last_non_hole_in_row(const Slots& slots, int64_t row, int begin, int end, int lane) {
+__device__ __forceinline__ int last_non_hole_in_row(const Slots& slots, int64_t row, int begin, int end, int lane) {
   if (end <= begin) return -1;
   for (int x0 = begin + (end - 1 - begin) / kWarp * kWarp; x0 >= begin; x0 -= kWarp) {
     const unsigned mask = __ballot_sync(kAllLanes, x0 + lane < end && is_non_hole<count_t>(slots, row + x0 + lane));
@@ -243,7 +243,7 @@ __device__ __forceinline__ NeighbourValue<calc_t> value_of_lane(bool found, calc
 
 // Stores left + right into every hole of [first, end) of the row (all lanes together).
 template <typename calc_t, typename count_t, typename Slots>
-__device__ void store_row_run(const Slots& slots, count_t* count, int64_t row, int first, int end,
+__device__ __forceinline__ void store_row_run(const Slots& slots, count_t* count, int64_t row, int first, int end,
                               const NeighbourValue<calc_t>& left,
                               const NeighbourValue<calc_t>& right, int lane) {
   for (int x = first + lane; x < end; x += kWarp) store_row_partial(slots, count, row + x, left, right);
@@ -252,16 +252,20 @@ __device__ void store_row_run(const Slots& slots, count_t* count, int64_t row, i
 // One warp's sweep of [begin, end) of the row whose slot 0 is `row` (`out`: the row in the x
 // plane). before/after: the nearest non-holes outside the segment (-1: none).
 template <typename scalar_t, typename count_t, typename Slots>
-__device__ void sweep_row_segment(const Slots& slots, count_t* count, scalar_t* out, int64_t plane,
+__device__ __forceinline__ void sweep_row_segment(const Slots& slots, count_t* count, scalar_t* out, int64_t plane,
                                   int64_t row, int begin, int end, int before, int after, int lane) {
   using calc_t = typename Slots::calc_type;
   using Value = NeighbourValue<calc_t>;
   Value carry = projected_value_at<calc_t>(slots, before >= 0 ? row + before : -1);  // left of the chunk
   int pending = -1;  // first hole of a run whose right end has not been seen yet
+  calc_t next_x = 0, next_y = 0, next_count = 0;  // the next chunk's slot, loaded one chunk ahead
+  if (begin + lane < end) slots.load(row + begin + lane, &next_x, &next_y, &next_count);
   for (int x0 = begin; x0 < end; x0 += kWarp) {
     const int x = x0 + lane;
-    ProjectedPixel<calc_t, count_t> p{false, calc_t(0), calc_t(0), count_t(0)};
-    if (x < end) p = load_projected<count_t, calc_t>(slots, row + x);
+    const auto p = project_slot<count_t>(next_x, next_y, next_count);
+    next_count = 0;  // (a hole beyond the end)
+    // Safe to load early: this iteration writes only pixels before x0 + kWarp.
+    if (x + kWarp < end) slots.load(row + x + kWarp, &next_x, &next_y, &next_count);
     if (p.valid) {
       out[x] = static_cast<scalar_t>(p.x);
       out[plane + x] = static_cast<scalar_t>(p.y);
