@@ -1,11 +1,18 @@
 """Small depth-aware flow projection runs for compute-sanitizer (memcheck, racecheck): every CUDA
-kernel (float/double atomics and fixed-point scatter, finalize with and without hole filling,
-fill transpose, gather backward) on edge cases: 1x1, single row/column, everything pushed off the
-image (all holes), border landings, B > 1.
+kernel (float/double atomics and fixed-point scatter; normalisation; the hole filling's row pass
+and column pass; fill transpose, gather backward) on edge cases: 1x1, single row/column,
+everything pushed off the image (all holes), border landings, B > 1, and the large-hole cases of
+the tests on a wide image (several warps and chunks per row) and a tall one (several row
+segments per column); with and without the depth check (its flag), and one invalid depth.
 Usage: compute-sanitizer --tool memcheck python benchmarks/sanitize_depth_flow_projection.py"""
+import os
+import sys
+
 import torch
 
-import redet_plugin  # noqa: F401
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import redet_plugin  # noqa: E402,F401
+from tests.test_ops.test_depth_flow_projection_fill import KINDS, hole_case  # noqa: E402
 
 
 def cases():
@@ -18,6 +25,9 @@ def cases():
     flow[:, 0], flow[:, 1] = 4 - torch.arange(5.0), 3 - torch.arange(4.0)[:, None]  # onto the corner
     yield flow, torch.ones(1, 1, 4, 5)
     yield torch.randn(3, 2, 17, 23, generator=g) * 4, torch.rand(3, 1, 17, 23, generator=g) + 0.1
+    for kind in KINDS:
+        yield hole_case(kind, 2, 3, 300)   # wide: 8 warps per row, 2 chunks each
+        yield hole_case(kind, 1, 70, 35)   # tall: 16 row segments per column, 2 strips
 
 
 def run():
@@ -28,9 +38,16 @@ def run():
                     torch.use_deterministic_algorithms(deterministic)
                     f = flow.to("cuda", dtype).requires_grad_(True)
                     d = depth.to("cuda", dtype).requires_grad_(True)
-                    out = redet_plugin.ops.depth_flow_projection(f, d, 0.5, fill)
+                    out = redet_plugin.ops.depth_flow_projection(f, d, 0.5, fill, check_depth=fill)
                     out.backward(torch.ones_like(out))
     torch.use_deterministic_algorithms(False)
+    bad = torch.ones(1, 1, 4, 40, device="cuda")
+    bad[0, 0, 2, 3] = 0
+    try:
+        redet_plugin.ops.depth_flow_projection(torch.zeros(1, 2, 4, 40, device="cuda"), bad)
+        raise AssertionError("invalid depth not reported")
+    except RuntimeError as error:
+        assert "depth must be > 0" in str(error)
     torch.cuda.synchronize()
 
 
