@@ -218,4 +218,72 @@ REDET_HOST_DEVICE int for_each_hole_run(int begin, int end_, int before_begin, i
   return before;
 }
 
+// ---- backward: the transpose of the filling ----
+
+// Adds grad(h)/n(h) of the run of holes next to pixel i = (x, y) in direction (dx, dy) (nearest
+// first: a fixed order), i.e. of the holes whose nearest non-hole in the opposite direction is i.
+// Most pixels have no such run: one load says so. Along a run, counts and then grads are loaded
+// 8 at a time, independent of each other, so a long run costs few round trips.
+template <typename acc_t, typename grad_t>
+REDET_HOST_DEVICE void add_adjacent_hole_run(const grad_t* grad, const acc_t* count, int64_t plane,
+                                             int x, int y, int dx, int dy, int width, int height,
+                                             acc_t* ax, acc_t* ay) {
+  constexpr int kBatch = 8;
+  const int64_t step = static_cast<int64_t>(dy) * width + dx;
+  int left = dx > 0 ? width - 1 - x : dx < 0 ? x : dy > 0 ? height - 1 - y : y;  // pixels that way
+  int64_t j = static_cast<int64_t>(y) * width + x;
+  if (left == 0 || count[j + step] > acc_t(0)) return;
+  while (left > 0) {
+    acc_t c[kBatch], gx[kBatch], gy[kBatch];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int k = 0; k < kBatch; ++k) c[k] = k < left ? count[j + (k + 1) * step] : acc_t(1);
+    int holes = 0;  // the run's holes in this batch: c[0 .. holes) <= 0
+    while (holes < kBatch && !(c[holes] > acc_t(0))) ++holes;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int k = 0; k < kBatch; ++k) {
+      gx[k] = k < holes ? static_cast<acc_t>(grad[j + (k + 1) * step]) : acc_t(0);
+      gy[k] = k < holes ? static_cast<acc_t>(grad[plane + j + (k + 1) * step]) : acc_t(0);
+    }
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int k = 0; k < kBatch; ++k) {
+      if (k < holes) {  // c[k] = −n(h) with n(h) >= 1 here: h found pixel i
+        *ax += gx[k] / -c[k];
+        *ay += gy[k] / -c[k];
+      }
+    }
+    if (holes < kBatch) return;  // reached the next non-hole or the border
+    j += kBatch * step;
+    left -= kBatch;
+  }
+}
+
+// The gradient reaching pixel i = (x, y) through the projection: for a non-hole its own grad plus
+// grad(h)/n(h) of every hole h that was filled from it (the runs of holes next to it, right, left,
+// below, above); 0 for a hole. `grad` and `count` point at the image's planes (grad_x plane,
+// grad_y plane = grad + plane). Each hole is visited once per direction: linear overall.
+template <typename acc_t, typename grad_t>
+REDET_HOST_DEVICE void fill_holes_transpose_pixel(const grad_t* grad, const acc_t* count,
+                                                  int64_t plane, int x, int y, int width,
+                                                  int height, acc_t* gx, acc_t* gy) {
+  const int64_t i = static_cast<int64_t>(y) * width + x;
+  if (!(count[i] > acc_t(0))) {
+    *gx = acc_t(0);
+    *gy = acc_t(0);
+    return;
+  }
+  acc_t ax = static_cast<acc_t>(grad[i]), ay = static_cast<acc_t>(grad[plane + i]);
+  add_adjacent_hole_run(grad, count, plane, x, y, 1, 0, width, height, &ax, &ay);
+  add_adjacent_hole_run(grad, count, plane, x, y, -1, 0, width, height, &ax, &ay);
+  add_adjacent_hole_run(grad, count, plane, x, y, 0, 1, width, height, &ax, &ay);
+  add_adjacent_hole_run(grad, count, plane, x, y, 0, -1, width, height, &ax, &ay);
+  *gx = ax;
+  *gy = ay;
+}
+
 }  // namespace redet

@@ -61,40 +61,6 @@ REDET_HOST_DEVICE acc_t projection_weight(acc_t depth, bool inverse_depth) {
   return inverse_depth ? depth : acc_t(1) / depth;
 }
 
-// Backward of the hole filling (its transpose): the gradient reaching non-hole pixel x through the
-// projection is its own grad plus grad(h)/n(h) of every hole h whose nearest non-hole in some
-// direction is x, i.e. of the run of holes next to x in each direction. Holes get 0.
-// `grad` and `count` point at the image's planes (grad_x plane, grad_y plane = grad + plane).
-template <typename acc_t, typename grad_t>
-REDET_HOST_DEVICE void fill_holes_transpose_pixel(const grad_t* grad, const acc_t* count,
-                                                  int64_t plane, int x, int y, int width,
-                                                  int height, acc_t* gx, acc_t* gy) {
-  const int64_t i = static_cast<int64_t>(y) * width + x;
-  if (!(count[i] > acc_t(0))) {
-    *gx = acc_t(0);
-    *gy = acc_t(0);
-    return;
-  }
-  acc_t ax = static_cast<acc_t>(grad[i]), ay = static_cast<acc_t>(grad[plane + i]);
-  const int dx[4] = {1, -1, 0, 0}, dy[4] = {0, 0, 1, -1};
-#pragma unroll
-  for (int d = 0; d < 4; ++d) {
-    int xx = x + dx[d], yy = y + dy[d];
-    while (xx >= 0 && xx < width && yy >= 0 && yy < height) {
-      const int64_t j = static_cast<int64_t>(yy) * width + xx;
-      const acc_t cj = count[j];
-      if (cj > acc_t(0)) break;
-      // cj = −n(h) with n(h) >= 1 here: h found x.
-      ax += static_cast<acc_t>(grad[j]) / -cj;
-      ay += static_cast<acc_t>(grad[plane + j]) / -cj;
-      xx += dx[d];
-      yy += dy[d];
-    }
-  }
-  *gx = ax;
-  *gy = ay;
-}
-
 // Gradient of the projected output with respect to one source pixel's flow (fx, fy) and weight w,
 // gathered from the (up to four) pixels it reached: d out(x)/d F(y) = −t·w/count(x) and
 // d out(x)/d w(y) = −(G + out(x))/count(x). `grad`, `out` have two planes, `count` one.
