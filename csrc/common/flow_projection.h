@@ -75,7 +75,9 @@ REDET_HOST_DEVICE void source_gradient(int x, int y, int width, int height, acc_
   if (project_pixel(x, y, gx, gy, width, height, &c)) {
     const int xs[4] = {c.left, c.right, c.left, c.right};
     const int ys[4] = {c.top, c.top, c.bottom, c.bottom};
+#if defined(__CUDA_ARCH__)
 #pragma unroll
+#endif
     for (int k = 0; k < 4; ++k) {
       const int64_t j = static_cast<int64_t>(ys[k]) * width + xs[k];
       const acc_t cj = count[j];

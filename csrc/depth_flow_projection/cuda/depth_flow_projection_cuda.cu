@@ -299,7 +299,7 @@ __device__ __forceinline__ void sweep_row_segment(const Slots& slots, count_t* c
 }
 
 template <typename scalar_t, typename count_t, typename Slots>
-__global__ void fill_rows_kernel(Slots slots_arg, int64_t batch, int height, int width,
+__global__ void __launch_bounds__(kWarp * kRowWarps) fill_rows_kernel(Slots slots_arg, int64_t batch, int height, int width,
                                  scalar_t* __restrict__ out, count_t* __restrict__ count) {
   __shared__ int segment_first[kRowWarps], segment_last[kRowWarps];
   const Slots slots = slots_arg.bind();
@@ -335,7 +335,7 @@ __global__ void fill_rows_kernel(Slots slots_arg, int64_t batch, int height, int
 // first/last non-holes are known (shared memory).
 
 template <typename scalar_t, typename count_t, typename Slots>
-__global__ void fill_columns_kernel(Slots slots_arg, int64_t batch, int height, int width,
+__global__ void __launch_bounds__(kWarp * kColumnGroups) fill_columns_kernel(Slots slots_arg, int64_t batch, int height, int width,
                                     scalar_t* __restrict__ out, count_t* __restrict__ count) {
   using calc_t = typename Slots::calc_type;
   __shared__ int segment_first[kColumnGroups][kWarp], segment_last[kColumnGroups][kWarp];
