@@ -4,6 +4,7 @@
 // so that float16 bins match it too.
 #pragma once
 #include <math.h>
+#include <stdint.h>
 
 #include "common/macros.h"
 
@@ -48,11 +49,13 @@ REDET_HOST_DEVICE PoolBin roi_pool_bin(const scalar_t* roi, acc_t spatial_scale,
   return b;
 }
 
-// Max over one bin of one channel plane; returns the flat index h * width + w of the max
-// (first one on ties), or -1 and value 0 for an empty bin. Like torchvision, the search starts
-// at -FLT_MAX and NaN never wins.
+// Max over one bin of one channel; the pixel at flat index i = h * width + w is first[i * pixel_stride]
+// (pixel_stride 1 for an (N, C, H, W) plane, C for an (N, H, W, C) map). Returns the flat index of
+// the max (the first one in row-major order on ties), or -1 and value 0 for an empty bin. Like
+// torchvision, the search starts at -FLT_MAX and NaN never wins.
 template <typename scalar_t, typename acc_t>
-REDET_HOST_DEVICE int bin_max(const scalar_t* plane, int width, const PoolBin& b, acc_t* value) {
+REDET_HOST_DEVICE int bin_max_strided(const scalar_t* first, int width, int64_t pixel_stride,
+                                      const PoolBin& b, acc_t* value) {
   if (b.empty()) {
     *value = acc_t(0);
     return -1;
@@ -60,17 +63,26 @@ REDET_HOST_DEVICE int bin_max(const scalar_t* plane, int width, const PoolBin& b
   acc_t best = acc_t(-3.402823466e+38f);
   int best_index = -1;
   for (int h = b.h_start; h < b.h_end; ++h) {
+    const scalar_t* row = first + static_cast<int64_t>(h) * width * pixel_stride;
+#if defined(__CUDA_ARCH__)
+#pragma unroll 4  // the loads are independent: let several be in flight (the compares stay in order)
+#endif
     for (int w = b.w_start; w < b.w_end; ++w) {
-      const int index = h * width + w;
-      const acc_t v = static_cast<acc_t>(plane[index]);
+      const acc_t v = static_cast<acc_t>(row[w * pixel_stride]);
       if (v > best) {
         best = v;
-        best_index = index;
+        best_index = h * width + w;
       }
     }
   }
   *value = best;
   return best_index;
+}
+
+// The same over one contiguous channel plane.
+template <typename scalar_t, typename acc_t>
+REDET_HOST_DEVICE int bin_max(const scalar_t* plane, int width, const PoolBin& b, acc_t* value) {
+  return bin_max_strided<scalar_t, acc_t>(plane, width, 1, b, value);
 }
 
 }  // namespace redet
