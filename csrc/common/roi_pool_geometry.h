@@ -4,7 +4,6 @@
 // so that float16 bins match it too.
 #pragma once
 #include <math.h>
-#include <stdint.h>
 
 #include "common/macros.h"
 
@@ -52,26 +51,43 @@ REDET_HOST_DEVICE PoolBin roi_pool_bin(const scalar_t* roi, acc_t spatial_scale,
 // Max over one bin of one channel; the pixel at flat index i = h * width + w is first[i * pixel_stride]
 // (pixel_stride 1 for an (N, C, H, W) plane, C for an (N, H, W, C) map). Returns the flat index of
 // the max (the first one in row-major order on ties), or -1 and value 0 for an empty bin. Like
-// torchvision, the search starts at -FLT_MAX and NaN never wins.
-template <typename scalar_t, typename acc_t>
-REDET_HOST_DEVICE int bin_max_strided(const scalar_t* first, int width, int64_t pixel_stride,
+// torchvision, the search starts at -FLT_MAX and NaN never wins (so a bin of NaN / -inf gives
+// -FLT_MAX and -1). index_t: int when every i * pixel_stride fits (cheaper on a GPU), else int64_t.
+template <typename scalar_t, typename acc_t, typename index_t>
+REDET_HOST_DEVICE int bin_max_strided(const scalar_t* first, int width, index_t pixel_stride,
                                       const PoolBin& b, acc_t* value) {
   if (b.empty()) {
     *value = acc_t(0);
     return -1;
   }
+  // The bin's pixels in row-major order, kBatch at a time: the loads of a batch depend neither on
+  // each other nor on the running max, so a GPU has them all in flight at once (bins are small:
+  // a row-by-row loop would wait for memory every few pixels). The compares then run in scan
+  // order; the padding past the last pixel is -inf, which never wins.
+  constexpr int kBatch = 8;
+  const int bin_w = b.w_end - b.w_start;
+  const int count = (b.h_end - b.h_start) * bin_w;
+  int next = b.h_start * width + b.w_start;  // flat index of the next pixel
+  int column = 0;                            // its offset in the bin's row
   acc_t best = acc_t(-3.402823466e+38f);
   int best_index = -1;
-  for (int h = b.h_start; h < b.h_end; ++h) {
-    const scalar_t* row = first + static_cast<int64_t>(h) * width * pixel_stride;
-#if defined(__CUDA_ARCH__)
-#pragma unroll 4  // the loads are independent: let several be in flight (the compares stay in order)
-#endif
-    for (int w = b.w_start; w < b.w_end; ++w) {
-      const acc_t v = static_cast<acc_t>(row[w * pixel_stride]);
-      if (v > best) {
-        best = v;
-        best_index = h * width + w;
+  for (int i = 0; i < count; i += kBatch) {
+    acc_t v[kBatch];
+    int at[kBatch];
+    for (int u = 0; u < kBatch; ++u) {
+      at[u] = next;
+      v[u] = i + u < count ? static_cast<acc_t>(first[static_cast<index_t>(next) * pixel_stride]) : acc_t(-INFINITY);
+      if (++column == bin_w) {
+        column = 0;
+        next += width - bin_w + 1;
+      } else {
+        ++next;
+      }
+    }
+    for (int u = 0; u < kBatch; ++u) {
+      if (v[u] > best) {
+        best = v[u];
+        best_index = at[u];
       }
     }
   }
@@ -82,7 +98,7 @@ REDET_HOST_DEVICE int bin_max_strided(const scalar_t* first, int width, int64_t 
 // The same over one contiguous channel plane.
 template <typename scalar_t, typename acc_t>
 REDET_HOST_DEVICE int bin_max(const scalar_t* plane, int width, const PoolBin& b, acc_t* value) {
-  return bin_max_strided<scalar_t, acc_t>(plane, width, 1, b, value);
+  return bin_max_strided<scalar_t, acc_t, int>(plane, width, 1, b, value);
 }
 
 }  // namespace redet

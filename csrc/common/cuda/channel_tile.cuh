@@ -34,10 +34,18 @@ struct ChannelTile {
   // 32 adjacent words of a row, or the ends of a few short rows.
   __device__ void store(scalar_t* out, int channels, int bins, int64_t channel_stride, int lane) {
     __syncwarp();
-    const int total = channels * bins;
-    for (int i = lane; i < total; i += kWarp) {
-      const int c = i / bins, b = i - c * bins;
-      out[c * channel_stride + b] = cell[c][b];
+    if (bins > 0) {
+      int c = lane / bins, b = lane - c * bins;  // this lane's element c * bins + b, then 32 further
+      const int dc = kWarp / bins, db = kWarp - dc * bins;
+      while (c < channels) {
+        out[c * channel_stride + b] = cell[c][b];
+        c += dc;
+        b += db;
+        if (b >= bins) {
+          b -= bins;
+          ++c;
+        }
+      }
     }
     __syncwarp();  // the tile is reused for the next bins
   }

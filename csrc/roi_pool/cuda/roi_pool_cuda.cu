@@ -22,6 +22,8 @@
 #include <ATen/OpMathType.h>
 #include <torch/library.h>
 
+#include <limits>
+
 #include "common/cuda/channel_tile.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/roi_pool_geometry.h"
@@ -34,7 +36,8 @@ constexpr int kWarpsPerBlock = 8;
 constexpr int kTileBins = 8;  // bins of one row a warp pools at a time: a whole row of a 7x7 output
 constexpr int64_t kMaxBlocks = 1 << 20;
 
-template <typename scalar_t>
+// index_t: int when one image's H * W * C fits (offsets in an image then need no 64-bit math).
+template <typename scalar_t, typename index_t>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
 roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) memory
                         const scalar_t* __restrict__ rois, int64_t num_rois, int channels,
@@ -51,18 +54,18 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
   IndexTile indices(reinterpret_cast<int*>(tile_memory + kValueBytes) + warp * IndexTile::words_per_warp());
 
   const int groups_per_row = (pooled_w + kTileBins - 1) / kTileBins;
+  const int units_per_roi = pooled_h * groups_per_row;
   const int64_t chunks = (channels + kWarp - 1) / kWarp;
-  const int64_t units = chunks * num_rois * pooled_h * groups_per_row;
+  const int64_t units = chunks * num_rois * units_per_roi;
   const int64_t bins = static_cast<int64_t>(pooled_h) * pooled_w;
   // The loop bounds are the same for all lanes of a warp: the tile's __syncwarp()s see every lane.
   for (int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp; unit < units;
        unit += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
-    const int group = unit % groups_per_row;
-    int64_t rest = unit / groups_per_row;
-    const int ph = rest % pooled_h;
-    rest /= pooled_h;
-    const int64_t k = rest % num_rois;
-    const int chunk_start = static_cast<int>(rest / num_rois) * kWarp;
+    const int64_t chunk_roi = unit / units_per_roi;  // chunk * num_rois + k: chunk-major
+    const int in_roi = static_cast<int>(unit - chunk_roi * units_per_roi);
+    const int ph = in_roi / groups_per_row, group = in_roi - ph * groups_per_row;
+    const int64_t chunk = chunk_roi / num_rois, k = chunk_roi - chunk * num_rois;
+    const int chunk_start = static_cast<int>(chunk) * kWarp;
     const int chunk_channels = min(kWarp, channels - chunk_start);
     const int pw_start = group * kTileBins;
     const int group_bins = min(kTileBins, pooled_w - pw_start);
@@ -76,7 +79,8 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
       if (lane < chunk_channels) {
         // pixel i = h * width + w of this lane's channel sits at first[i * channels]
         const scalar_t* first = input + n * height * width * channels + chunk_start + lane;
-        index = bin_max_strided<scalar_t, acc_t>(first, width, channels, b, &value);
+        index = bin_max_strided<scalar_t, acc_t, index_t>(first, width, static_cast<index_t>(channels),
+                                                          b, &value);
       }
       values.put(lane, j, static_cast<scalar_t>(value));
       indices.put(lane, j, index);
@@ -146,12 +150,17 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input
   // A block per 8 units, up to kMaxBlocks: units differ a lot in cost (RoI sides of a few to 64+
   // pixels) and the block scheduler balances them better than a grid-stride loop would.
   const int64_t blocks = std::min((units + kWarpsPerBlock - 1) / kWarpsPerBlock, kMaxBlocks);
+  const bool int_offsets = channels * input.size(2) * input.size(3) <= std::numeric_limits<int>::max();
   auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "roi_pool_cuda", [&] {
-    roi_pool_forward_kernel<scalar_t><<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(
-        input.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), num_rois, channels, input.size(2),
-        input.size(3), pooled_h, pooled_w, static_cast<at::opmath_type<scalar_t>>(spatial_scale),
-        output.data_ptr<scalar_t>(), argmax.data_ptr<int>());
+    const auto launch = [&](auto index_type) {
+      using index_t = decltype(index_type);
+      roi_pool_forward_kernel<scalar_t, index_t><<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(
+          input.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), num_rois, channels, input.size(2),
+          input.size(3), pooled_h, pooled_w, static_cast<at::opmath_type<scalar_t>>(spatial_scale),
+          output.data_ptr<scalar_t>(), argmax.data_ptr<int>());
+    };
+    int_offsets ? launch(int{}) : launch(int64_t{});
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {output, argmax};
