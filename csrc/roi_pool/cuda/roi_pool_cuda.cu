@@ -48,10 +48,12 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
   using ValueTile = ChannelTile<scalar_t, kTileBins>;
   using IndexTile = ChannelTile<int, kTileBins>;
   constexpr int kValueBytes = kWarpsPerBlock * ValueTile::words_per_warp() * sizeof(scalar_t);
-  __shared__ __align__(16) unsigned char tile_memory[kValueBytes + kWarpsPerBlock * IndexTile::words_per_warp() * sizeof(int)];
+  constexpr int kIndexBytes = kWarpsPerBlock * IndexTile::words_per_warp() * sizeof(int);
+  __shared__ __align__(16) unsigned char tile_memory[kValueBytes + kIndexBytes];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   ValueTile values(reinterpret_cast<scalar_t*>(tile_memory) + warp * ValueTile::words_per_warp());
-  IndexTile indices(reinterpret_cast<int*>(tile_memory + kValueBytes) + warp * IndexTile::words_per_warp());
+  IndexTile indices(reinterpret_cast<int*>(tile_memory + kValueBytes) +
+                    warp * IndexTile::words_per_warp());
 
   const int groups_per_row = (pooled_w + kTileBins - 1) / kTileBins;
   const int units_per_roi = pooled_h * groups_per_row;
@@ -79,8 +81,8 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
       if (lane < chunk_channels) {
         // pixel i = h * width + w of this lane's channel sits at first[i * channels]
         const scalar_t* first = input + n * height * width * channels + chunk_start + lane;
-        index = bin_max_strided<scalar_t, acc_t, index_t>(first, width, static_cast<index_t>(channels),
-                                                          b, &value);
+        index = bin_max_strided<scalar_t, acc_t, index_t>(
+            first, width, static_cast<index_t>(channels), b, &value);
       }
       values.put(lane, j, static_cast<scalar_t>(value));
       indices.put(lane, j, index);
@@ -150,7 +152,8 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input
   // A block per 8 units, up to kMaxBlocks: units differ a lot in cost (RoI sides of a few to 64+
   // pixels) and the block scheduler balances them better than a grid-stride loop would.
   const int64_t blocks = std::min((units + kWarpsPerBlock - 1) / kWarpsPerBlock, kMaxBlocks);
-  const bool int_offsets = channels * input.size(2) * input.size(3) <= std::numeric_limits<int>::max();
+  const bool int_offsets =
+      channels * input.size(2) * input.size(3) <= std::numeric_limits<int>::max();
   auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "roi_pool_cuda", [&] {
     const auto launch = [&](auto index_type) {
