@@ -7,12 +7,14 @@ import redet_plugin  # noqa: F401
 
 def run():
     cases = [  # (input, rois, output_size)
-        (torch.randn(2, 3, 9, 11), torch.tensor([[0, 1., 1, 8, 6], [1, -5, -5, 30, 30], [0, 6, 6, 2, 2]]), (2, 3)),
+        (torch.randn(2, 3, 9, 11), torch.tensor([[0, 1., 1, 8, 6], [1, -5, -5, 30, 30], [0, 6, 6, 2, 2]]),
+         (2, 3)),
         (torch.randn(1, 2, 1, 1), torch.tensor([[0, 0., 0, 0, 0]]), (2, 3)),       # 1x1 map
         (torch.randn(1, 2, 5, 5), torch.zeros(0, 5), (2, 3)),                      # no RoIs
         (torch.randn(1, 2, 5, 5), torch.tensor([[0, 50., 50, 60, 60]]), (2, 3)),   # fully off the map
-        (torch.randn(2, 33, 7, 6), torch.tensor([[1, 0., 0, 12, 12], [0, 3, 2, 9, 11]]), (3, 11)),  # partial chunk, 2 bin groups
-        (torch.randn(1, 64, 4, 4), torch.tensor([[0, 0., 0, 7, 7]] * 9), (7, 7)),  # full chunks, more units than a block
+        # 33 channels: a partial chunk; 11 bins a row: two bin groups
+        (torch.randn(2, 33, 7, 6), torch.tensor([[1, 0., 0, 12, 12], [0, 3, 2, 9, 11]]), (3, 11)),
+        (torch.randn(1, 64, 4, 4), torch.tensor([[0, 0., 0, 7, 7]] * 9), (7, 7)),  # several blocks
         (torch.full((1, 20, 4, 4), float("nan")), torch.tensor([[0, 0., 0, 3, 3]]), (2, 2)),  # all NaN
     ]
     for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16]:
