@@ -48,14 +48,15 @@ REDET_HOST_DEVICE PoolBin roi_pool_bin(const scalar_t* roi, acc_t spatial_scale,
   return b;
 }
 
-// Max over one bin of one channel; the pixel at flat index i = h * width + w is first[i * pixel_stride]
-// (pixel_stride 1 for an (N, C, H, W) plane, C for an (N, H, W, C) map). Returns the flat index of
-// the max (the first one in row-major order on ties), or -1 and value 0 for an empty bin. Like
-// torchvision, the search starts at -FLT_MAX and NaN never wins (so a bin of NaN / -inf gives
-// -FLT_MAX and -1). index_t: int when every i * pixel_stride fits (cheaper on a GPU), else int64_t.
+// Max over one bin of one channel; the pixel at flat index i = h * width + w is
+// data[origin + i * pixel_stride] (pixel_stride 1 for an (N, C, H, W) plane, C for an (N, H, W, C)
+// map). Returns the flat index of the max (the first one in row-major order on ties), or -1 and
+// value 0 for an empty bin. Like torchvision, the search starts at -FLT_MAX and NaN never wins (so a
+// bin of NaN / -inf gives -FLT_MAX and -1). index_t: int when every offset into data fits (on a GPU
+// an address is then one multiply-add), else int64_t.
 template <typename scalar_t, typename acc_t, typename index_t>
-REDET_HOST_DEVICE int bin_max_strided(const scalar_t* first, int width, index_t pixel_stride,
-                                      const PoolBin& b, acc_t* value) {
+REDET_HOST_DEVICE int bin_max_strided(const scalar_t* data, index_t origin, int width,
+                                      index_t pixel_stride, const PoolBin& b, acc_t* value) {
   if (b.empty()) {
     *value = acc_t(0);
     return -1;
@@ -71,12 +72,13 @@ REDET_HOST_DEVICE int bin_max_strided(const scalar_t* first, int width, index_t 
   int column = 0;                            // its offset in the bin's row
   acc_t best = acc_t(-3.402823466e+38f);
   int best_index = -1;
-  for (int i = 0; i < count; i += kBatch) {
+  for (int left = count; left > 0; left -= kBatch) {  // left: pixels not yet loaded
     acc_t v[kBatch];
     int at[kBatch];
     for (int u = 0; u < kBatch; ++u) {
       at[u] = next;
-      v[u] = i + u < count ? static_cast<acc_t>(first[static_cast<index_t>(next) * pixel_stride]) : acc_t(-INFINITY);
+      const index_t offset = origin + static_cast<index_t>(next) * pixel_stride;
+      v[u] = u < left ? static_cast<acc_t>(data[offset]) : acc_t(-INFINITY);
       if (++column == bin_w) {
         column = 0;
         next += width - bin_w + 1;
@@ -98,7 +100,7 @@ REDET_HOST_DEVICE int bin_max_strided(const scalar_t* first, int width, index_t 
 // The same over one contiguous channel plane.
 template <typename scalar_t, typename acc_t>
 REDET_HOST_DEVICE int bin_max(const scalar_t* plane, int width, const PoolBin& b, acc_t* value) {
-  return bin_max_strided<scalar_t, acc_t, int>(plane, width, 1, b, value);
+  return bin_max_strided<scalar_t, acc_t, int>(plane, 0, width, 1, b, value);
 }
 
 }  // namespace redet

@@ -188,6 +188,20 @@ def test_fuzz_against_reference(n, c, h, w, k, ph, pw, scale, seed):
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
 
 
+def test_ties_and_nan_follow_torchvision_rule():
+    g = torch.Generator().manual_seed(40)
+    x = torch.randint(-2, 3, (2, 3, 12, 13), generator=g).float()  # many ties: the first max wins
+    rois = random_rois(20, 2, 13, g)
+    out, arg = torch.ops.redet.roi_pool(x, rois, 1.0, 3, 4)
+    ref, ref_arg = roi_pool_reference(x, rois, (3, 4), 1.0)
+    assert torch.equal(out, ref) and torch.equal(arg, ref_arg)
+    nan = float("nan")
+    x = torch.tensor([[[[nan, 1.0, nan], [2.0, nan, 2.0]], [[nan] * 3, [nan] * 3]]])  # (1, 2, 2, 3)
+    out, arg = torch.ops.redet.roi_pool(x, torch.tensor([[0, 0., 0, 2, 1]]), 1.0, 1, 1)
+    assert out[0, 0].item() == 2.0 and arg[0, 0].item() == 3  # NaN never wins; first of the 2.0s
+    assert out[0, 1].item() == torch.finfo(torch.float32).min and arg[0, 1].item() == -1  # all NaN
+
+
 # ---------------------------------- CUDA (run on the GPU machine) ----------------------------------
 @CUDA
 @pytest.mark.parametrize("dtype", DTYPES)

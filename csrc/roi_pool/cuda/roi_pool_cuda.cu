@@ -36,7 +36,7 @@ constexpr int kWarpsPerBlock = 8;
 constexpr int kTileBins = 8;  // bins of one row a warp pools at a time: a whole row of a 7x7 output
 constexpr int64_t kMaxBlocks = 1 << 20;
 
-// index_t: int when one image's H * W * C fits (offsets in an image then need no 64-bit math).
+// index_t: int when every offset into the input fits (addresses then need no 64-bit math).
 template <typename scalar_t, typename index_t>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
 roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) memory
@@ -79,10 +79,10 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
       acc_t value = acc_t(0);
       int index = -1;
       if (lane < chunk_channels) {
-        // pixel i = h * width + w of this lane's channel sits at first[i * channels]
-        const scalar_t* first = input + n * height * width * channels + chunk_start + lane;
-        index = bin_max_strided<scalar_t, acc_t, index_t>(
-            first, width, static_cast<index_t>(channels), b, &value);
+        // pixel i = h * width + w of this lane's channel c sits at input[(n * H * W + i) * C + c]
+        const index_t origin = static_cast<index_t>(n * height * width * channels + chunk_start + lane);
+        index = bin_max_strided<scalar_t, acc_t, index_t>(input, origin, width,
+                                                          static_cast<index_t>(channels), b, &value);
       }
       values.put(lane, j, static_cast<scalar_t>(value));
       indices.put(lane, j, index);
@@ -152,8 +152,7 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input
   // A block per 8 units, up to kMaxBlocks: units differ a lot in cost (RoI sides of a few to 64+
   // pixels) and the block scheduler balances them better than a grid-stride loop would.
   const int64_t blocks = std::min((units + kWarpsPerBlock - 1) / kWarpsPerBlock, kMaxBlocks);
-  const bool int_offsets =
-      channels * input.size(2) * input.size(3) <= std::numeric_limits<int>::max();
+  const bool int_offsets = input.numel() <= std::numeric_limits<int>::max();
   auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "roi_pool_cuda", [&] {
     const auto launch = [&](auto index_type) {
