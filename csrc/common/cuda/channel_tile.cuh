@@ -9,9 +9,10 @@
 namespace redet {
 
 constexpr int kWarp = 32;
+constexpr unsigned kFullWarpMask = 0xffffffffu;
 
-// kBins: bins a tile holds (32 by default). A kernel whose warps produce few bins at a time (RoIPool:
-// one row of 7) takes a narrow tile, so that a full SM's worth of warps fits in shared memory.
+// kBins: bins a tile holds (32 by default). A kernel whose warps produce a few bins at a time
+// (RoIPool: one row of 7) takes a narrow tile, so that a full SM's worth of warps fits in shared memory.
 template <typename scalar_t, int kBins = kWarp>
 struct ChannelTile {
   static_assert(kBins >= 1 && kBins <= kWarp, "ChannelTile holds 1 to 32 bins");
@@ -20,8 +21,8 @@ struct ChannelTile {
 
   scalar_t (*cell)[kRow];  // [channel lane][bin in tile]
 
-  // Shared memory for `warps` tiles; the kernel declares it, each warp takes its own tile.
-  static constexpr int words_per_warp() { return kWarp * kRow; }
+  // Elements of one warp's tile; the kernel declares kWarps * elements() of shared memory.
+  static constexpr int elements() { return kWarp * kRow; }
 
   __device__ explicit ChannelTile(scalar_t* warp_memory)
       : cell(reinterpret_cast<scalar_t (*)[kRow]>(warp_memory)) {}
@@ -30,8 +31,9 @@ struct ChannelTile {
 
   // Stores the tile: out points at output[k][first channel][first bin of the tile]; `channels`
   // rows of `bins` valid bins, rows `channel_stride` words apart. Call from all lanes of the warp.
-  // The lanes walk the tile in the output's order (row by row, bins fastest), so one request covers
-  // 32 adjacent words of a row, or the ends of a few short rows.
+  // The lanes walk the tile in the output's order (row by row, bins fastest), so a request covers
+  // 32 adjacent words of a row or the end of one row and the start of the next; when the tile
+  // holds whole rows (bins == channel_stride) the tile is one contiguous block.
   __device__ void store(scalar_t* out, int channels, int bins, int64_t channel_stride, int lane) {
     __syncwarp();
     if (bins > 0) {

@@ -47,13 +47,13 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
   using acc_t = at::opmath_type<scalar_t>;
   using ValueTile = ChannelTile<scalar_t, kTileBins>;
   using IndexTile = ChannelTile<int, kTileBins>;
-  constexpr int kValueBytes = kWarpsPerBlock * ValueTile::words_per_warp() * sizeof(scalar_t);
-  constexpr int kIndexBytes = kWarpsPerBlock * IndexTile::words_per_warp() * sizeof(int);
+  constexpr int kValueBytes = kWarpsPerBlock * ValueTile::elements() * sizeof(scalar_t);
+  constexpr int kIndexBytes = kWarpsPerBlock * IndexTile::elements() * sizeof(int);
   __shared__ __align__(16) unsigned char tile_memory[kValueBytes + kIndexBytes];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  ValueTile values(reinterpret_cast<scalar_t*>(tile_memory) + warp * ValueTile::words_per_warp());
+  ValueTile values(reinterpret_cast<scalar_t*>(tile_memory) + warp * ValueTile::elements());
   IndexTile indices(reinterpret_cast<int*>(tile_memory + kValueBytes) +
-                    warp * IndexTile::words_per_warp());
+                    warp * IndexTile::elements());
 
   const int groups_per_row = (pooled_w + kTileBins - 1) / kTileBins;
   const int units_per_roi = pooled_h * groups_per_row;
