@@ -8,6 +8,8 @@ set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 EPOCHS="${1:-1}"; MODES="${2:-fp32 amp dist2}"
 export PYTHON=python3
+# the OpenMMLab wheels device_run.sh installed into /tmp/site (its environment is not ours)
+[ -d /tmp/site ] && export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 CONFIG=configs/redet/redet_re50_refpn_synthetic1024.py
 DATA=data/synthetic_dota_1024
