@@ -36,7 +36,30 @@ constexpr int kWarpsPerBlock = 8;
 constexpr int kTileBins = 8;  // bins of one row a warp pools at a time: a whole row of a 7x7 output
 constexpr int64_t kMaxBlocks = 1 << 20;
 
-// index_t: int when every offset into the input fits (addresses then need no 64-bit math).
+// One warp's work: channels [chunk_start, chunk_start + channels) of RoI k, bins pw_start ..
+// pw_start + bins - 1 of bin row ph. Numbered chunk-major:
+// unit = ((chunk * num_rois + k) * pooled_h + ph) * groups_per_row + group.
+struct PoolUnit {
+  int64_t k;
+  int chunk_start, channels, ph, pw_start, bins;
+};
+
+__device__ __forceinline__ PoolUnit pool_unit(int64_t unit, int64_t num_rois, int channels,
+                                              int pooled_w, int groups_per_row, int units_per_roi) {
+  PoolUnit u;
+  const int64_t chunk_roi = unit / units_per_roi;  // chunk * num_rois + k
+  const int in_roi = static_cast<int>(unit - chunk_roi * units_per_roi);
+  u.ph = in_roi / groups_per_row;
+  u.pw_start = (in_roi - u.ph * groups_per_row) * kTileBins;
+  u.bins = min(kTileBins, pooled_w - u.pw_start);
+  const int64_t chunk = chunk_roi / num_rois;
+  u.k = chunk_roi - chunk * num_rois;
+  u.chunk_start = static_cast<int>(chunk) * kWarp;
+  u.channels = min(kWarp, channels - u.chunk_start);
+  return u;
+}
+
+// index_t: int when every offset into the input fits (an address is then one multiply-add).
 template <typename scalar_t, typename index_t>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
 roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) memory
@@ -57,39 +80,31 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
 
   const int groups_per_row = (pooled_w + kTileBins - 1) / kTileBins;
   const int units_per_roi = pooled_h * groups_per_row;
-  const int64_t chunks = (channels + kWarp - 1) / kWarp;
-  const int64_t units = chunks * num_rois * units_per_roi;
+  const int64_t units = (channels + kWarp - 1) / kWarp * num_rois * units_per_roi;
   const int64_t bins = static_cast<int64_t>(pooled_h) * pooled_w;
-  // The loop bounds are the same for all lanes of a warp: the tile's __syncwarp()s see every lane.
+  // The loop bounds are the same for all lanes of a warp: the tiles' __syncwarp()s see every lane.
   for (int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp; unit < units;
        unit += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock) {
-    const int64_t chunk_roi = unit / units_per_roi;  // chunk * num_rois + k: chunk-major
-    const int in_roi = static_cast<int>(unit - chunk_roi * units_per_roi);
-    const int ph = in_roi / groups_per_row, group = in_roi - ph * groups_per_row;
-    const int64_t chunk = chunk_roi / num_rois, k = chunk_roi - chunk * num_rois;
-    const int chunk_start = static_cast<int>(chunk) * kWarp;
-    const int chunk_channels = min(kWarp, channels - chunk_start);
-    const int pw_start = group * kTileBins;
-    const int group_bins = min(kTileBins, pooled_w - pw_start);
-    const scalar_t* roi = rois + k * 5;
+    const PoolUnit u = pool_unit(unit, num_rois, channels, pooled_w, groups_per_row, units_per_roi);
+    const scalar_t* roi = rois + u.k * 5;
     const int64_t n = static_cast<int64_t>(roi[0]);
-    for (int j = 0; j < group_bins; ++j) {
-      const PoolBin b = roi_pool_bin<scalar_t, acc_t>(roi, spatial_scale, ph, pw_start + j,
+    // pixel i = h * width + w of this lane's channel c sits at input[(n * H * W + i) * C + c]
+    const int64_t origin = n * height * width * channels + u.chunk_start + lane;
+    for (int j = 0; j < u.bins; ++j) {
+      const PoolBin b = roi_pool_bin<scalar_t, acc_t>(roi, spatial_scale, u.ph, u.pw_start + j,
                                                       pooled_h, pooled_w, height, width);
       acc_t value = acc_t(0);
       int index = -1;
-      if (lane < chunk_channels) {
-        // pixel i = h * width + w of this lane's channel c sits at input[(n * H * W + i) * C + c]
-        const index_t origin = static_cast<index_t>(n * height * width * channels + chunk_start + lane);
-        index = bin_max_strided<scalar_t, acc_t, index_t>(input, origin, width,
+      if (lane < u.channels) {
+        index = bin_max_strided<scalar_t, acc_t, index_t>(input, static_cast<index_t>(origin), width,
                                                           static_cast<index_t>(channels), b, &value);
       }
       values.put(lane, j, static_cast<scalar_t>(value));
       indices.put(lane, j, index);
     }
-    const int64_t o = ((k * channels + chunk_start) * pooled_h + ph) * pooled_w + pw_start;
-    values.store(output + o, chunk_channels, group_bins, bins, lane);
-    indices.store(argmax + o, chunk_channels, group_bins, bins, lane);
+    const int64_t o = ((u.k * channels + u.chunk_start) * pooled_h + u.ph) * pooled_w + u.pw_start;
+    values.store(output + o, u.channels, u.bins, bins, lane);
+    indices.store(argmax + o, u.channels, u.bins, bins, lane);
   }
 }
 
