@@ -369,3 +369,25 @@ def test_cuda_channels_last_input_backward_matches_nchw():
             roi_pool(xl, rois.cuda(), 7, 0.5).backward(torch.ones(30, 40, 7, 7, device="cuda"))
         grads.append(xl.grad)
     assert torch.equal(grads[0], grads[1])
+
+
+@CUDA
+def test_cuda_huge_map_uses_64_bit_offsets():
+    # More than 2**31 elements: the kernel's int64 offset variant. Checked against the same RoIs on
+    # a small crop of the bottom-right corner, where offsets pass 2**31.
+    if torch.cuda.get_device_properties(0).total_memory < 24 * 2**30:
+        pytest.skip("needs a GPU with 24 GB")
+    height = width = 8100
+    x = torch.empty(1, 33, height, width, device="cuda", memory_format=torch.channels_last).normal_()
+    assert x.numel() > 2**31
+    corner = 7900
+    rois = torch.tensor([[0, 8000., 8010, 8090, 8099], [0, 8050, 8050, 8099, 8070], [0, 8200, 0, 8300, 5]],
+                        device="cuda")
+    out, arg = torch.ops.redet.roi_pool(x, rois, 1.0, 7, 7)
+    crop_rois = rois - torch.tensor([0., corner, corner, corner, corner], device="cuda")
+    crop_out, crop_arg = torch.ops.redet.roi_pool(x[..., corner:, corner:], crop_rois, 1.0, 7, 7)
+    crop_size = width - corner
+    moved = (crop_arg // crop_size + corner) * width + crop_arg % crop_size + corner
+    assert torch.equal(out, crop_out) and torch.equal(arg, torch.where(crop_arg >= 0, moved, crop_arg))
+    assert (arg[2] == -1).all() and (arg[:2] >= 0).all()
+    del x
