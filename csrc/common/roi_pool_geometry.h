@@ -77,8 +77,8 @@ REDET_HOST_DEVICE int bin_max_strided(const scalar_t* data, index_t origin, int 
     int at[kBatch];
     for (int u = 0; u < kBatch; ++u) {
       at[u] = next;
-      const index_t offset = origin + static_cast<index_t>(next) * pixel_stride;
-      v[u] = u < left ? static_cast<acc_t>(data[offset]) : acc_t(-INFINITY);
+      v[u] = u < left ? static_cast<acc_t>(data[origin + static_cast<index_t>(next) * pixel_stride])
+                      : acc_t(-INFINITY);
       if (++column == bin_w) {
         column = 0;
         next += width - bin_w + 1;
