@@ -129,17 +129,36 @@ REDET_HOST_DEVICE void fill_column_run(const Slots& slots, count_t* count, scala
       projected_value_at<calc_t>(slots, top >= 0 ? column + static_cast<int64_t>(top) * width : -1);
   const NeighbourValue<calc_t> below = projected_value_at<calc_t>(
       slots, bottom >= 0 ? column + static_cast<int64_t>(bottom) * width : -1);
-  for (int y = first; y < end; ++y) {
-    const int64_t offset = static_cast<int64_t>(y) * width;
-    HoleSum<calc_t> sum{calc_t(0), calc_t(0), static_cast<int>(-count[column + offset])};
-    slots.load_partial(column + offset, &sum.x, &sum.y);
-    sum.add(above);
-    sum.add(below);
-    const bool any = sum.found > 0;
-    out[offset] = static_cast<scalar_t>(any ? sum.x / static_cast<calc_t>(sum.found) : calc_t(0));
-    out[plane + offset] =
-        static_cast<scalar_t>(any ? sum.y / static_cast<calc_t>(sum.found) : calc_t(0));
-    count[column + offset] = -static_cast<count_t>(sum.found);
+  // Four holes at a time: their loads are independent, so they are in flight together (a column
+  // of holes can be as long as the image is high).
+  constexpr int kBatch = 4;
+  for (int y0 = first; y0 < end; y0 += kBatch) {
+    HoleSum<calc_t> sums[kBatch];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int k = 0; k < kBatch; ++k) {
+      sums[k] = {calc_t(0), calc_t(0), 0};
+      if (y0 + k >= end) continue;
+      const int64_t i = column + static_cast<int64_t>(y0 + k) * width;
+      sums[k].found = static_cast<int>(-count[i]);
+      slots.load_partial(i, &sums[k].x, &sums[k].y);
+    }
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int k = 0; k < kBatch; ++k) {
+      if (y0 + k >= end) continue;
+      HoleSum<calc_t>& sum = sums[k];
+      sum.add(above);
+      sum.add(below);
+      const bool any = sum.found > 0;
+      const int64_t offset = static_cast<int64_t>(y0 + k) * width;
+      out[offset] = static_cast<scalar_t>(any ? sum.x / static_cast<calc_t>(sum.found) : calc_t(0));
+      out[plane + offset] =
+          static_cast<scalar_t>(any ? sum.y / static_cast<calc_t>(sum.found) : calc_t(0));
+      count[column + offset] = -static_cast<count_t>(sum.found);
+    }
   }
 }
 
