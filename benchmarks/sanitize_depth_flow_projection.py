@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import redet_plugin  # noqa: E402,F401
-from tests.test_ops.test_depth_flow_projection_fill import KINDS, hole_case  # noqa: E402
+from tests.test_ops._flow_hole_cases import KINDS, hole_case  # noqa: E402
 
 
 def cases():

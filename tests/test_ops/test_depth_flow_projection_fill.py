@@ -6,45 +6,15 @@ reference gives (tests/test_ops/_reference.py), forward and backward, on CPU and
 import pytest
 import torch
 
+from tests.test_ops._flow_hole_cases import KINDS, hole_case
 from tests.test_ops._reference import depth_flow_projection_reference
 from tests.test_ops.test_depth_flow_projection import ours_and_reference_grads, tolerance
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 OP = torch.ops.redet.depth_flow_projection.default
-KINDS = ["half", "single", "none", "borders", "bands"]
 # (batch, height, width): tiny, thin, wide (> 8 warps x 32 px per row), tall (> 16 row segments)
 SHAPES = [(3, 1, 1), (1, 2, 67), (2, 64, 1), (1, 33, 33), (2, 21, 700), (1, 300, 45)]
 T = 1.0
-
-
-def hole_case(kind, batch, height, width, seed=0, dtype=torch.float32):
-    """flow (t = 1) and depth whose projection leaves large holes of the given kind."""
-    g = torch.Generator().manual_seed(seed)
-    ys, xs = torch.meshgrid(torch.arange(height, dtype=torch.float32),
-                            torch.arange(width, dtype=torch.float32), indexing="ij")
-    noise = 0.3 * torch.randn(batch, 2, height, width, generator=g)
-    off = 10.0 * max(height, width) + 10  # lands outside the image
-    flow = torch.zeros(batch, 2, height, width)
-    if kind == "half":  # everything moves right by half the width: the left half is empty
-        flow[:, 0] = width / 2
-        flow = flow + noise
-    elif kind == "single":  # one source pixel stays (reaching up to four targets), the rest leave
-        flow[:, 0] = off
-        flow[:, :, height // 3, width // 2] = 0.25
-    elif kind == "none":  # every pixel leaves: all holes, nothing to fill from
-        flow[:, 0] = off
-    elif kind == "borders":  # contraction to the centre: holes along all four borders
-        flow[:, 0] = 0.6 * ((width - 1) / 2 - xs)
-        flow[:, 1] = 0.6 * ((height - 1) / 2 - ys)
-        flow = flow + noise
-    elif kind == "bands":  # bands of 37 columns and 23 rows leave: long runs in both directions
-        leave = ((xs // 37) % 2 == 1) | ((ys // 23) % 2 == 1)
-        flow[:, 0] = torch.where(leave, torch.full_like(xs, off), torch.zeros_like(xs))
-        flow = flow + noise
-    else:
-        raise ValueError(kind)
-    depth = 0.5 + 4 * torch.rand(batch, 1, height, width, generator=g)
-    return flow.to(dtype), depth.to(dtype)
 
 
 def assert_all_close(ours, ref, tol):
@@ -122,7 +92,7 @@ def test_cuda_large_holes_match_cpu_and_reference(kind, dtype, deterministic):
 
 @CUDA
 @pytest.mark.parametrize("fill", [False, True])
-def test_cuda_no_fill_and_fill_agree_on_non_holes(fill):
+def test_cuda_matches_cpu_with_and_without_fill(fill):
     flow, depth = hole_case("bands", 2, 50, 300)
     out, count = OP(flow.cuda(), depth.cuda(), T, False, fill, True)
     cpu_out, cpu_count = OP(flow, depth, T, False, fill, True)
