@@ -584,8 +584,8 @@ def test_cuda_chunks_match_cpu_for_both_layouts(dtype, fields, nO):
 @CUDA
 def test_cuda_channels_last_gradient_equals_nchw_gradient():
     x, rois = make_case(26, torch.float32, nO=6, fields=11, h=9, w=12, k=20)
-    a = x.cuda().requires_grad_(True)
-    b = channels_last(x.cuda()).requires_grad_(True)
+    a = x.cuda().clone().requires_grad_(True)
+    b = channels_last(x.cuda()).detach().requires_grad_(True)
     grad = torch.randn(20, 66, 3, 4, device="cuda")
     call(a, rois.cuda(), nO=6).backward(grad)
     call(b, rois.cuda(), nO=6).backward(grad)
