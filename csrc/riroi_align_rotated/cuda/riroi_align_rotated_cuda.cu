@@ -5,14 +5,16 @@
 // one transpose otherwise), so the C channels of a pixel are adjacent words. One warp handles one
 // (RoI, channel chunk); a chunk is `lanes = (32 / nO) * nO` consecutive channels, i.e. whole
 // orientation groups (nO = 8: 32 lanes = 4 groups; nO = 6: 30 lanes), and lane i owns channel
-// chunk_start + i. The RoI geometry is warp-uniform (every lane computes the same sample points,
-// no divergence) and every bilinear tap is one coalesced request: 32 adjacent channels of one
-// pixel. (On NCHW maps one thread per bin makes the 32 lanes of a warp read 32 different bins:
-// ~32 sectors per request with 4 useful bytes each.) The orientation alignment needs two other
-// channels of the lane's own group: two warp shuffles per bin. Outputs are (K, C, bins) with bins
-// contiguous: a ChannelTile (csrc/common/cuda/channel_tile.cuh) transposes them in shared memory
-// so that the stores are coalesced too. nO > 32 (a group wider than a warp) keeps a plain NCHW
-// kernel, one thread per output.
+// chunk_start + i. All lanes share the RoI's sample points, so every bilinear tap is one
+// coalesced request: 32 adjacent channels of one pixel. (On NCHW maps one thread per bin makes
+// the 32 lanes of a warp read 32 different bins: ~32 sectors per request, 4 useful bytes each.)
+// With num_samples == 2 the lanes compute the taps of 8 bins at once (one sample each) and share
+// them through shared memory instead of each lane repeating the geometry; any other grid is
+// walked by every lane (warp-uniform). The orientation alignment needs two other channels of the
+// lane's own group: two warp shuffles per bin. Outputs are (K, C, bins) with bins contiguous: a
+// ChannelTile (csrc/common/cuda/channel_tile.cuh) transposes them in shared memory so that the
+// stores are coalesced too. nO > 32 (a group wider than a warp) keeps a plain NCHW kernel, one
+// thread per output.
 //
 // Backward: one thread per (group, RoI, bin, input orientation j). The gradient is scattered into
 // a scratch buffer laid out [level][n][group][pixel][j] so the nO threads of one bin hit nO
@@ -59,7 +61,8 @@ __device__ __forceinline__ bool roi_level_and_image(const scalar_t* roi, const i
 }
 
 // ------------------------------------------ forward ------------------------------------------
-// Blocks of 8 warps (4 for double, whose tiles are twice as large: 4 x 8.4 KB of shared memory).
+// Blocks of 8 warps (4 for double, whose tiles are twice as large): each warp's ChannelTile and
+// shared taps stay under the 48 KB of static shared memory per block (float 45 KB, double 41 KB).
 template <typename scalar_t>
 constexpr int forward_warps_per_block() {
   return sizeof(scalar_t) == 8 ? 4 : 8;
@@ -68,6 +71,17 @@ constexpr int forward_warps_per_block() {
 // Channels of one warp: whole orientation groups, as many as fit in 32 lanes.
 REDET_HOST_DEVICE int chunk_lanes(int num_orientations) {
   return (kWarp / num_orientations) * num_orientations;
+}
+
+// Feature reads through the read-only data cache (the table of levels hides __restrict__).
+__device__ __forceinline__ float load_feature(const float* p) { return __ldg(p); }
+__device__ __forceinline__ double load_feature(const double* p) { return __ldg(p); }
+__device__ __forceinline__ c10::Half load_feature(const c10::Half* p) {
+  return c10::Half(__ldg(reinterpret_cast<const unsigned short*>(p)), c10::Half::from_bits());
+}
+__device__ __forceinline__ c10::BFloat16 load_feature(const c10::BFloat16* p) {
+  return c10::BFloat16(__ldg(reinterpret_cast<const unsigned short*>(p)),
+                       c10::BFloat16::from_bits());
 }
 
 // Sum over the samples of bin (ph, pw) of the bilinear value of one channel; `map` points at the
@@ -86,7 +100,7 @@ __device__ __forceinline__ acc_t any_grid_bin_sum(const RiRoIGeometry<acc_t>& g,
       acc_t v[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        v[q] = active ? static_cast<acc_t>(map[t.offset[q] * channels]) : acc_t(0);
+        v[q] = active ? static_cast<acc_t>(load_feature(map + t.offset[q] * channels)) : acc_t(0);
       }
       // the CPU kernel's expression and order
       sum += t.weight[0] * v[0] + t.weight[1] * v[1] + t.weight[2] * v[2] + t.weight[3] * v[3];
@@ -95,45 +109,79 @@ __device__ __forceinline__ acc_t any_grid_bin_sum(const RiRoIGeometry<acc_t>& g,
   return sum;
 }
 
-// The same for a kGrid x kGrid sample grid fixed at compile time (the geometry's grid must equal
-// it): all taps first, then all 4 * kGrid^2 loads (independent, predicated, issued together),
-// then the sums in the CPU kernel's order.
-template <int kGrid, typename scalar_t, typename acc_t>
-__device__ __forceinline__ acc_t fixed_grid_bin_sum(const RiRoIGeometry<acc_t>& g, int ph, int pw,
-                                                    int height, int width,
-                                                    const scalar_t* __restrict__ map,
-                                                    int64_t channels, bool active) {
-  constexpr int kSamples = kGrid * kGrid;
-  BilinearTaps<acc_t> t[kSamples];
-  bool on_map[kSamples];
+// One sample's bilinear taps, computed by one lane and read by the whole warp (shared memory).
+// The offsets are in bytes of the channels-last map (pixel offset * channels * element size),
+// multiplied once here: a load then costs one 64-bit add.
+template <typename acc_t>
+struct alignas(16) SharedTaps {
+  int64_t byte_offset[4];  // byte_offset[0] < 0: the sample is off the map and reads nothing
+  acc_t weight[4];
+};
+
+// With a fixed grid of kSamples samples per bin the lanes first compute the taps of
+// 32 / kSamples bins together (one sample each, in shared memory) instead of every lane
+// computing every sample: the geometry costs ~1/32 of the instructions. A bin then reads its
+// taps (broadcast), issues all 4 * kSamples loads (independent, predicated), and sums them in the
+// CPU kernel's order.
+template <int kSamples, typename scalar_t, typename acc_t>
+__device__ __forceinline__ acc_t shared_taps_bin_sum(const SharedTaps<acc_t>* taps,
+                                                     const scalar_t* __restrict__ map, bool active) {
+  const char* lane_bytes = reinterpret_cast<const char*>(map);
+  SharedTaps<acc_t> t[kSamples];
 #pragma unroll
-  for (int s = 0; s < kSamples; ++s) {
-    on_map[s] = sample_taps(g, ph, pw, s / kGrid, s % kGrid, height, width, &t[s]);
-  }
+  for (int s = 0; s < kSamples; ++s) t[s] = taps[s];
   acc_t v[kSamples][4];
 #pragma unroll
   for (int s = 0; s < kSamples; ++s) {
+    const bool read = active && t[s].byte_offset[0] >= 0;
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      v[s][q] = active && on_map[s] ? static_cast<acc_t>(map[t[s].offset[q] * channels]) : acc_t(0);
+      const auto* p = reinterpret_cast<const scalar_t*>(lane_bytes + t[s].byte_offset[q]);
+      v[s][q] = read ? static_cast<acc_t>(load_feature(p)) : acc_t(0);
     }
   }
   acc_t sum = acc_t(0);
 #pragma unroll
   for (int s = 0; s < kSamples; ++s) {
-    if (!on_map[s]) continue;
+    if (t[s].byte_offset[0] < 0) continue;
     sum += t[s].weight[0] * v[s][0] + t[s].weight[1] * v[s][1] + t[s].weight[2] * v[s][2] +
            t[s].weight[3] * v[s][3];
   }
   return sum;
 }
 
+// Lane `lane` computes sample lane % kSamples (row-major in the bin's grid) of bin
+// first + lane / kSamples.
+template <int kGrid, typename scalar_t, typename acc_t>
+__device__ __forceinline__ void compute_shared_taps(const RiRoIGeometry<acc_t>& g, int first,
+                                                    int bins, int out_w, int height, int width,
+                                                    int channels, int lane,
+                                                    SharedTaps<acc_t>* taps) {
+  constexpr int kSamples = kGrid * kGrid;
+  const int bin = first + lane / kSamples, s = lane % kSamples;
+  if (lane >= (kWarp / kSamples) * kSamples || bin >= bins) return;
+  BilinearTaps<acc_t> t;
+  SharedTaps<acc_t> entry{};
+  if (sample_taps(g, bin / out_w, bin % out_w, s / kGrid, s % kGrid, height, width, &t)) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      entry.byte_offset[q] = static_cast<int64_t>(t.offset[q]) * channels *
+                             static_cast<int64_t>(sizeof(scalar_t));
+      entry.weight[q] = t.weight[q];
+    }
+  } else {
+    entry.byte_offset[0] = -1;
+  }
+  taps[lane] = entry;
+}
+
 // One warp per (RoI, channel chunk), flattened with the chunk fastest (the warps of a block share
 // a RoI's pixels when C = 256), grid-stride over warps. Every branch on the work item is
-// warp-uniform, so the full-warp shuffles and the tile's __syncwarp see all 32 lanes.
-// kGrid: 2 when num_samples == 2 (fixed, unrolled grid), 0 for any other (or adaptive) grid.
+// warp-uniform, so the full-warp shuffles and __syncwarp see all 32 lanes.
+// kGrid: 2 when num_samples == 2 (fixed grid, taps shared through shared memory), 0 for any other
+// (or adaptive) grid, where every lane walks the samples itself.
 template <typename scalar_t, int kGrid>
-__global__ void __launch_bounds__(kWarp * forward_warps_per_block<scalar_t>())
+__global__ void __launch_bounds__(kWarp * forward_warps_per_block<scalar_t>(), 3)
 forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> levels,
                              const scalar_t* __restrict__ rois,
                              const int64_t* __restrict__ roi_levels, int64_t num_rois,
@@ -141,12 +189,15 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
                              scalar_t* __restrict__ output) {
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int kWarps = forward_warps_per_block<scalar_t>();
+  constexpr int kSamples = kGrid * kGrid;
   // raw bytes: c10::Half / BFloat16 have constructors, which __shared__ arrays may not have
   __shared__ __align__(16) unsigned char tile_memory[kWarps * ChannelTile<scalar_t>::elements() *
                                                      sizeof(scalar_t)];
+  __shared__ SharedTaps<acc_t> shared_taps[kWarps][kGrid > 0 ? kWarp : 1];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   ChannelTile<scalar_t> tile(reinterpret_cast<scalar_t*>(tile_memory) +
                              warp * ChannelTile<scalar_t>::elements());
+  SharedTaps<acc_t>* taps = shared_taps[warp];
   const int num_o = opt.num_orientations, bins = opt.out_h * opt.out_w;
   const int lanes = chunk_lanes(num_o);
   const int chunks = (channels + lanes - 1) / lanes;
@@ -177,21 +228,32 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
     const scalar_t* map = levels.data[l] +
                           static_cast<int64_t>(n) * height * width * channels + chunk_start + lane;
     scalar_t* out = output + (k * channels + chunk_start) * bins;
-    int bin = 0;
-    for (int ph = 0; ph < opt.out_h; ++ph) {
-      for (int pw = 0; pw < opt.out_w; ++pw, ++bin) {
-        acc_t v;
-        if constexpr (kGrid > 0) {
-          v = fixed_grid_bin_sum<kGrid>(g, ph, pw, height, width, map, channels, active);
-        } else {
-          v = any_grid_bin_sum(g, ph, pw, height, width, map, channels, active);
+    // v: this lane's channel summed over the bin's samples -> orientation alignment -> tile
+    auto emit = [&](int bin, acc_t v) {
+      const acc_t main = __shfl_sync(kFullWarpMask, v, main_lane);
+      const acc_t side = __shfl_sync(kFullWarpMask, v, side_lane);
+      const int slot = bin % kWarp;
+      tile.put(lane, slot, static_cast<scalar_t>((keep * main + g.frac * side) / g.count));
+      if (slot == kWarp - 1 || bin == bins - 1) {
+        tile.store(out + (bin - slot), chunk_channels, slot + 1, bins, lane);
+      }
+    };
+    if constexpr (kGrid > 0) {
+      constexpr int kBinsPerPass = kWarp / kSamples;
+      for (int first = 0; first < bins; first += kBinsPerPass) {
+        compute_shared_taps<kGrid, scalar_t>(g, first, bins, opt.out_w, height, width, channels, lane, taps);
+        __syncwarp();
+        const int pass_bins = min(kBinsPerPass, bins - first);
+        for (int j = 0; j < pass_bins; ++j) {
+          emit(first + j, shared_taps_bin_sum<kSamples>(taps + j * kSamples, map, active));
         }
-        const acc_t main = __shfl_sync(kFullWarpMask, v, main_lane);
-        const acc_t side = __shfl_sync(kFullWarpMask, v, side_lane);
-        const int slot = bin % kWarp;
-        tile.put(lane, slot, static_cast<scalar_t>((keep * main + g.frac * side) / g.count));
-        if (slot == kWarp - 1 || bin == bins - 1) {
-          tile.store(out + (bin - slot), chunk_channels, slot + 1, bins, lane);
+        __syncwarp();  // the next pass rewrites the taps
+      }
+    } else {
+      int bin = 0;
+      for (int ph = 0; ph < opt.out_h; ++ph) {
+        for (int pw = 0; pw < opt.out_w; ++pw, ++bin) {
+          emit(bin, any_grid_bin_sum(g, ph, pw, height, width, map, channels, active));
         }
       }
     }
