@@ -1,5 +1,8 @@
 """RoIPool on one GPU: ours vs torchvision (and mmcv) in the same run, shape from ANCHORS.md:
 features (2, 256, 200, 200), 1024 RoIs on an 800x800 image, spatial_scale 0.25, 7x7.
+Our CUDA forward gathers from channels-last memory: `ours_forward_ms` takes the usual NCHW input
+and includes the transpose (also timed alone); `ours_forward_channels_last_ms` takes a
+channels-last input (no copy). The peers take NCHW input.
 Usage: python benchmarks/bench_roi_pool.py --out benchmarks/results/roi_pool_h200.json"""
 import argparse
 import os
@@ -8,9 +11,11 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _timing import environment, time_cuda, write_json  # noqa: E402
+from _timing import environment, peak_extra_memory_mb, time_cuda, write_json  # noqa: E402
 
 import redet_plugin  # noqa: E402,F401
+
+SCALE, SIZE = 0.25, 7
 
 
 def make_inputs(dtype, seed=0):
@@ -24,27 +29,43 @@ def make_inputs(dtype, seed=0):
     return features, rois
 
 
+def measure(row, name, fn):
+    """Median time and peak extra memory of fn under `name`."""
+    row[f"{name}_ms"] = time_cuda(fn)
+    row[f"{name}_peak_extra_mb"] = peak_extra_memory_mb(fn)
+
+
 def bench(dtype, deterministic_too=True):
     x, rois = make_inputs(dtype)
+    x_cl = x.contiguous(memory_format=torch.channels_last)
     n, c, h, w = x.shape
-    ours = lambda: torch.ops.redet.roi_pool(x, rois, 0.25, 7, 7)  # noqa: E731
-    out, argmax = ours()
+    row = dict(dtype=str(dtype).replace("torch.", ""))
+    measure(row, "ours_forward", lambda: torch.ops.redet.roi_pool(x, rois, SCALE, SIZE, SIZE))
+    measure(row, "ours_forward_channels_last",
+            lambda: torch.ops.redet.roi_pool(x_cl, rois, SCALE, SIZE, SIZE))
+    row["channels_last_transpose_ms"] = time_cuda(lambda: x.contiguous(memory_format=torch.channels_last))
+    out, argmax = torch.ops.redet.roi_pool(x, rois, SCALE, SIZE, SIZE)
+    out_cl, argmax_cl = torch.ops.redet.roi_pool(x_cl, rois, SCALE, SIZE, SIZE)
+    row["channels_last_identical_to_nchw"] = bool(torch.equal(out, out_cl) and torch.equal(argmax, argmax_cl))
     grad = torch.randn_like(out)
     ours_bwd = lambda: torch.ops.redet._roi_pool_backward(grad, rois, argmax, n, c, h, w)  # noqa: E731
-    row = dict(dtype=str(dtype).replace("torch.", ""), ours_forward_ms=time_cuda(ours),
-               ours_backward_ms=time_cuda(ours_bwd))
+    row["ours_backward_ms"] = time_cuda(ours_bwd)
     if deterministic_too:
         torch.use_deterministic_algorithms(True)
         row["ours_backward_deterministic_ms"] = time_cuda(ours_bwd)
         torch.use_deterministic_algorithms(False)
     try:
         import torchvision  # noqa: F401
-        tv = lambda: torch.ops.torchvision.roi_pool(x, rois, 0.25, 7, 7)  # noqa: E731
-        _, tv_arg = tv()
+        tv = lambda: torch.ops.torchvision.roi_pool(x, rois, SCALE, SIZE, SIZE)  # noqa: E731
+        tv_out, tv_arg = tv()
+        row["identical_to_torchvision"] = bool(torch.equal(out, tv_out) and torch.equal(argmax, tv_arg))
         tv_bwd = lambda: torch.ops.torchvision._roi_pool_backward(  # noqa: E731
-            grad, rois, tv_arg, 0.25, 7, 7, n, c, h, w)
-        row.update(torchvision_forward_ms=time_cuda(tv), torchvision_backward_ms=time_cuda(tv_bwd))
-        row["speedup_forward_vs_torchvision"] = row["torchvision_forward_ms"] / row["ours_forward_ms"]
+            grad, rois, tv_arg, SCALE, SIZE, SIZE, n, c, h, w)
+        measure(row, "torchvision_forward", tv)
+        row["torchvision_backward_ms"] = time_cuda(tv_bwd)
+        tv_ms = row["torchvision_forward_ms"]
+        row["speedup_forward_vs_torchvision"] = tv_ms / row["ours_forward_ms"]
+        row["speedup_forward_channels_last_vs_torchvision"] = tv_ms / row["ours_forward_channels_last_ms"]
         row["speedup_backward_vs_torchvision"] = row["torchvision_backward_ms"] / row["ours_backward_ms"]
         if deterministic_too:
             row["speedup_deterministic_backward_vs_torchvision"] = (
@@ -54,8 +75,11 @@ def bench(dtype, deterministic_too=True):
     if dtype == torch.float32:
         try:
             from mmcv.ops import RoIPool as MmcvRoIPool
-            layer = MmcvRoIPool((7, 7), 0.25)
-            row["mmcv_forward_ms"] = time_cuda(lambda: layer(x, rois))
+            layer = MmcvRoIPool((SIZE, SIZE), SCALE)
+            measure(row, "mmcv_forward", lambda: layer(x, rois))
+            row["speedup_forward_vs_mmcv"] = row["mmcv_forward_ms"] / row["ours_forward_ms"]
+            row["speedup_forward_channels_last_vs_mmcv"] = (
+                row["mmcv_forward_ms"] / row["ours_forward_channels_last_ms"])
         except Exception as error:  # noqa: BLE001  (report, do not fail the benchmark)
             row["mmcv_error"] = str(error)[:200]
     return row

@@ -4,7 +4,7 @@
 # Usage (from the repo root, on the device): bash benchmarks/device_run.sh "tests..." "benches..."
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-TESTS="${1:-tests/test_ops}"; BENCHES="${2:-}"; SANITIZE="${3:-}"
+TESTS="${1-tests/test_ops}"; BENCHES="${2:-}"; SANITIZE="${3:-}"
 export PYTHONUNBUFFERED=1
 source .devwheels/install_wheels.sh .devwheels > "$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv >> "$OUT/setup.log"
@@ -16,13 +16,15 @@ CXX="${CXX_OVERRIDE:-${CXX:-c++}}" FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOB
 echo "build: $(( $(date +%s) - start )) s"
 python3 -c "import redet_plugin, torch; from redet_plugin import _ext; print('with_cuda', _ext.with_cuda(), torch.cuda.get_device_name())"
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
-timeout 900 python3 -m pytest -q -n 8 -p no:cacheprovider $TESTS > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -30
-for s in $SANITIZE; do
-  for tool in memcheck racecheck; do
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 python3 "$s" > "$OUT/sanitize_$(basename $s .py)_$tool.log" 2>&1
-    echo "sanitize $s $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$(basename $s .py)_$tool.log" | tail -1)"
-  done
-done
+# compute-sanitizer runs (slow, one process each) go in the background while the tests run.
+sanitize() {
+  local log="$OUT/sanitize_$(basename $1 .py)_$2.log"
+  timeout 420 compute-sanitizer --tool $2 --error-exitcode 9 python3 "$1" > "$log" 2>&1
+  echo "sanitize $1 $2 rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)" > "$log.summary"
+}
+for s in $SANITIZE; do for tool in memcheck racecheck; do sanitize "$s" $tool & done; done
+[ -n "$TESTS" ] && timeout 900 python3 -m pytest -q -n 8 -p no:cacheprovider $TESTS > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -30
+wait; cat "$OUT"/*.summary 2>/dev/null; rm -f "$OUT"/*.summary
 for b in $BENCHES; do
   name=$(basename "$b" .py); timeout 600 python3 "$b" --out "$OUT/${name#bench_}.json" > "$OUT/${name}.log" 2>&1; echo "bench $b rc=$?"
 done

@@ -1,24 +1,34 @@
-"""Small RoIPool runs for compute-sanitizer (memcheck, racecheck): every CUDA kernel, edge cases."""
+"""Small RoIPool runs for compute-sanitizer (memcheck, racecheck): every CUDA kernel (channels-last
+forward with its shared-memory tiles, backward, deterministic backward) on edge cases."""
 import torch
 
 import redet_plugin  # noqa: F401
 
 
 def run():
-    cases = [
-        (torch.randn(2, 3, 9, 11), torch.tensor([[0, 1., 1, 8, 6], [1, -5, -5, 30, 30], [0, 6, 6, 2, 2]])),
-        (torch.randn(1, 2, 1, 1), torch.tensor([[0, 0., 0, 0, 0]])),        # 1x1 map
-        (torch.randn(1, 2, 5, 5), torch.zeros(0, 5)),                       # no RoIs
-        (torch.randn(1, 2, 5, 5), torch.tensor([[0, 50., 50, 60, 60]])),    # fully off the map
+    cases = [  # (input, rois, output_size)
+        (torch.randn(2, 3, 9, 11), torch.tensor([[0, 1., 1, 8, 6], [1, -5, -5, 30, 30], [0, 6, 6, 2, 2]]),
+         (2, 3)),
+        (torch.randn(1, 2, 1, 1), torch.tensor([[0, 0., 0, 0, 0]]), (2, 3)),       # 1x1 map
+        (torch.randn(1, 2, 5, 5), torch.zeros(0, 5), (2, 3)),                      # no RoIs
+        (torch.randn(1, 2, 5, 5), torch.tensor([[0, 50., 50, 60, 60]]), (2, 3)),   # fully off the map
+        # 33 channels: a partial chunk; 11 bins a row: two bin groups
+        (torch.randn(2, 33, 7, 6), torch.tensor([[1, 0., 0, 12, 12], [0, 3, 2, 9, 11]]), (3, 11)),
+        (torch.randn(1, 64, 4, 4), torch.tensor([[0, 0., 0, 7, 7]] * 9), (7, 7)),  # several blocks
+        (torch.full((1, 20, 4, 4), float("nan")), torch.tensor([[0, 0., 0, 3, 3]]), (2, 2)),  # all NaN
     ]
     for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16]:
-        for x, rois in cases:
-            x = x.to("cuda", dtype).requires_grad_(True)
-            for deterministic in (False, True):
-                torch.use_deterministic_algorithms(deterministic)
-                out = redet_plugin.ops.roi_pool(x, rois.to("cuda", dtype), (2, 3), 0.5)
-                out.backward(torch.ones_like(out))
-            torch.use_deterministic_algorithms(False)
+        for x, rois, output_size in cases:
+            for channels_last in (False, True):
+                xd = x.to("cuda", dtype)
+                if channels_last:
+                    xd = xd.contiguous(memory_format=torch.channels_last)
+                xd.requires_grad_(True)
+                for deterministic in (False, True):
+                    torch.use_deterministic_algorithms(deterministic)
+                    out = redet_plugin.ops.roi_pool(xd, rois.to("cuda", dtype), output_size, 0.5)
+                    out.backward(torch.ones_like(out))
+                torch.use_deterministic_algorithms(False)
     torch.cuda.synchronize()
     print("sanitize_roi_pool: done")
 

@@ -48,29 +48,59 @@ REDET_HOST_DEVICE PoolBin roi_pool_bin(const scalar_t* roi, acc_t spatial_scale,
   return b;
 }
 
-// Max over one bin of one channel plane; returns the flat index h * width + w of the max
-// (first one on ties), or -1 and value 0 for an empty bin. Like torchvision, the search starts
-// at -FLT_MAX and NaN never wins.
-template <typename scalar_t, typename acc_t>
-REDET_HOST_DEVICE int bin_max(const scalar_t* plane, int width, const PoolBin& b, acc_t* value) {
+// Max over one bin of one channel; the pixel at flat index i = h * width + w is
+// data[origin + i * pixel_stride] (pixel_stride 1 for an (N, C, H, W) plane, C for an (N, H, W, C)
+// map). Returns the flat index of the max (the first one in row-major order on ties), or -1 and
+// value 0 for an empty bin. Like torchvision, the search starts at -FLT_MAX and NaN never wins (so a
+// bin of NaN / -inf gives -FLT_MAX and -1). index_t: int when every offset into data fits (on a GPU
+// an address is then one multiply-add), else int64_t.
+template <typename scalar_t, typename acc_t, typename index_t>
+REDET_HOST_DEVICE int bin_max_strided(const scalar_t* data, index_t origin, int width,
+                                      index_t pixel_stride, const PoolBin& b, acc_t* value) {
   if (b.empty()) {
     *value = acc_t(0);
     return -1;
   }
+  // The bin's pixels in row-major order, kBatch at a time: the loads of a batch depend neither on
+  // each other nor on the running max, so a GPU has them all in flight at once (bins are small:
+  // a row-by-row loop would wait for memory every few pixels). The compares then run in scan
+  // order; the padding past the last pixel is -inf, which never wins.
+  constexpr int kBatch = 8;
+  const int bin_w = b.w_end - b.w_start;
+  const int count = (b.h_end - b.h_start) * bin_w;
+  int next = b.h_start * width + b.w_start;  // flat index of the next pixel
+  int column = 0;                            // its offset in the bin's row
   acc_t best = acc_t(-3.402823466e+38f);
   int best_index = -1;
-  for (int h = b.h_start; h < b.h_end; ++h) {
-    for (int w = b.w_start; w < b.w_end; ++w) {
-      const int index = h * width + w;
-      const acc_t v = static_cast<acc_t>(plane[index]);
-      if (v > best) {
-        best = v;
-        best_index = index;
+  for (int left = count; left > 0; left -= kBatch) {  // left: pixels not yet loaded
+    acc_t v[kBatch];
+    int at[kBatch];
+    for (int u = 0; u < kBatch; ++u) {
+      at[u] = next;
+      v[u] = u < left ? static_cast<acc_t>(data[origin + static_cast<index_t>(next) * pixel_stride])
+                      : acc_t(-INFINITY);
+      if (++column == bin_w) {
+        column = 0;
+        next += width - bin_w + 1;
+      } else {
+        ++next;
+      }
+    }
+    for (int u = 0; u < kBatch; ++u) {
+      if (v[u] > best) {
+        best = v[u];
+        best_index = at[u];
       }
     }
   }
   *value = best;
   return best_index;
+}
+
+// The same over one contiguous channel plane.
+template <typename scalar_t, typename acc_t>
+REDET_HOST_DEVICE int bin_max(const scalar_t* plane, int width, const PoolBin& b, acc_t* value) {
+  return bin_max_strided<scalar_t, acc_t, int>(plane, 0, width, 1, b, value);
 }
 
 }  // namespace redet

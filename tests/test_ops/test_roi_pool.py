@@ -188,6 +188,20 @@ def test_fuzz_against_reference(n, c, h, w, k, ph, pw, scale, seed):
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
 
 
+def test_ties_and_nan_follow_torchvision_rule():
+    g = torch.Generator().manual_seed(40)
+    x = torch.randint(-2, 3, (2, 3, 12, 13), generator=g).float()  # many ties: the first max wins
+    rois = random_rois(20, 2, 13, g)
+    out, arg = torch.ops.redet.roi_pool(x, rois, 1.0, 3, 4)
+    ref, ref_arg = roi_pool_reference(x, rois, (3, 4), 1.0)
+    assert torch.equal(out, ref) and torch.equal(arg, ref_arg)
+    nan = float("nan")
+    x = torch.tensor([[[[nan, 1.0, nan], [2.0, nan, 2.0]], [[nan] * 3, [nan] * 3]]])  # (1, 2, 2, 3)
+    out, arg = torch.ops.redet.roi_pool(x, torch.tensor([[0, 0., 0, 2, 1]]), 1.0, 1, 1)
+    assert out[0, 0].item() == 2.0 and arg[0, 0].item() == 3  # NaN never wins; first of the 2.0s
+    assert out[0, 1].item() == torch.finfo(torch.float32).min and arg[0, 1].item() == -1  # all NaN
+
+
 # ---------------------------------- CUDA (run on the GPU machine) ----------------------------------
 @CUDA
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -264,3 +278,116 @@ def test_cuda_errors_are_named():
         roi_pool(x, torch.tensor([[5.0, 0, 0, 1, 1]], device="cuda"), 2)
     with pytest.raises(RuntimeError, match="same device"):
         roi_pool(x, torch.zeros(1, 5), 2)
+
+
+# The CUDA forward gathers from a channels-last copy of the input, one warp lane per channel and one
+# warp per (32-channel chunk, RoI, bin row, group of up to 8 bins): these cases hit partial chunks,
+# several bin groups per row, every input layout, and must match the CPU kernel bit for bit.
+def cuda_layouts(x):
+    """The same values on the GPU as NCHW, channels-last, and (N, C, W, H) memory (neither)."""
+    xc = x.cuda()
+    return {"nchw": xc, "channels_last": xc.contiguous(memory_format=torch.channels_last),
+            "transposed": xc.transpose(2, 3).contiguous().transpose(2, 3)}
+
+
+def assert_cuda_matches_cpu(x, rois, scale, output_size):
+    cpu_out, cpu_arg = torch.ops.redet.roi_pool(x, rois, scale, *output_size)
+    for layout, xc in cuda_layouts(x).items():
+        out, arg = torch.ops.redet.roi_pool(xc, rois.cuda(), scale, *output_size)
+        assert out.is_contiguous() and arg.is_contiguous(), layout
+        assert torch.equal(out.cpu(), cpu_out), (layout, output_size)
+        assert torch.equal(arg.cpu(), cpu_arg), (layout, output_size)
+    return cpu_out, cpu_arg
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("channels", [1, 20, 33, 64])
+def test_cuda_channels_last_gather_matches_cpu_and_reference(dtype, channels):
+    x, rois = make_case(20 + channels, dtype, c=channels, h=23, w=29, k=40)
+    for output_size in [(7, 7), (3, 11), (2, 17), (1, 1)]:  # 11, 17: several bin groups per row
+        out, arg = assert_cuda_matches_cpu(x, rois, 0.5, output_size)
+    ref, ref_arg = roi_pool_reference(x, rois, (1, 1), 0.5)
+    assert torch.equal(out, ref) and torch.equal(arg, ref_arg)
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_edge_cases_match_cpu(dtype):
+    cases = [  # (input, rois, spatial_scale)
+        (torch.randn(2, 5, 1, 1), torch.tensor([[0, 0., 0, 0, 0], [1, -3, -3, 5, 5]]), 1.0),  # 1x1 maps
+        (torch.randn(1, 40, 6, 7), torch.tensor([[0, 50., 50, 60, 60],  # off the map: empty bins
+                                                 [0, -30, -30, -20, -20],
+                                                 [0, 2, 2, 100, 3],      # partly off the map
+                                                 [0, 5, 4, 1, 1]]), 1.0),  # malformed -> 1x1
+        (torch.randn(1, 33, 5, 5), torch.zeros(0, 5), 1.0),  # no RoIs
+        (torch.randn(3, 3, 9, 4), torch.tensor([[2, 0., 0, 30, 30], [0, 1, 1, 2, 2]]), 0.25),
+    ]
+    for x, rois, scale in cases:
+        x, rois = x.to(dtype), rois.to(dtype)
+        for output_size in [(2, 3), (7, 7), (4, 9)]:
+            out, arg = assert_cuda_matches_cpu(x, rois, scale, output_size)
+            ref, ref_arg = roi_pool_reference(x, rois, output_size, scale)
+            assert torch.equal(out, ref) and torch.equal(arg, ref_arg)
+    _, arg = torch.ops.redet.roi_pool(cases[1][0].cuda(), cases[1][1].cuda(), 1.0, 7, 7)
+    assert (arg[:2] == -1).all()  # the fully-off-map RoIs: every bin empty
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_cuda_ties_nan_and_inf_follow_the_cpu_rule(dtype):
+    g = torch.Generator().manual_seed(30)
+    x = torch.randint(-2, 3, (2, 40, 12, 13), generator=g).to(dtype)  # many ties: first max wins
+    x[0, 3, 2:6, 2:6] = float("nan")       # NaN never wins
+    x[0, 5] = float("nan")                 # all-NaN plane: -FLT_MAX (-inf in float16) and -1
+    x[1, 7] = float("-inf")                # all -inf: the same
+    x[1, 8, 4, 4] = float("inf")
+    rois = torch.tensor([[0, 0., 0, 12, 11], [1, 2, 1, 9, 10], [0, 3, 3, 6, 6]]).to(dtype)
+    out, arg = assert_cuda_matches_cpu(x, rois, 1.0, (3, 3))
+    assert (arg[0, 5] == -1).all() and (arg[1, 7] == -1).all() and not out.isnan().any()
+
+
+@CUDA
+def test_cuda_large_channel_count_identical_to_torchvision():
+    torchvision_ops = pytest.importorskip("torchvision.ops")
+    x, rois = make_case(31, c=256, h=50, w=50, k=300, scale=0.25)
+    x, rois = x.cuda(), rois.cuda()
+    theirs, theirs_arg = torch.ops.torchvision.roi_pool(x, rois, 0.25, 7, 7)
+    for xl in (x, x.contiguous(memory_format=torch.channels_last)):
+        ours, ours_arg = torch.ops.redet.roi_pool(xl, rois, 0.25, 7, 7)
+        assert torch.equal(ours, theirs) and torch.equal(ours_arg, theirs_arg)
+    assert torch.equal(torchvision_ops.roi_pool(x, rois, 7, 0.25), ours)
+
+
+@CUDA
+def test_cuda_channels_last_input_backward_matches_nchw():
+    x, rois = make_case(32, c=40, h=20, w=21, k=30)
+    grads = []
+    for xl in (x.cuda(), x.cuda().contiguous(memory_format=torch.channels_last)):
+        xl = xl.detach().requires_grad_(True)
+        with deterministic_mode():
+            roi_pool(xl, rois.cuda(), 7, 0.5).backward(torch.ones(30, 40, 7, 7, device="cuda"))
+        grads.append(xl.grad)
+    assert torch.equal(grads[0], grads[1])
+
+
+@CUDA
+def test_cuda_huge_map_uses_64_bit_offsets():
+    # More than 2**31 elements: the kernel's int64 offset variant. Checked against the same RoIs on
+    # a small crop of the bottom-right corner, where offsets pass 2**31.
+    if torch.cuda.get_device_properties(0).total_memory < 24 * 2**30:
+        pytest.skip("needs a GPU with 24 GB")
+    height = width = 8100
+    x = torch.empty(1, 33, height, width, device="cuda", memory_format=torch.channels_last).normal_()
+    assert x.numel() > 2**31
+    corner = 7900
+    rois = torch.tensor([[0, 8000., 8010, 8090, 8099], [0, 8050, 8050, 8099, 8070], [0, 8200, 0, 8300, 5]],
+                        device="cuda")
+    out, arg = torch.ops.redet.roi_pool(x, rois, 1.0, 7, 7)
+    crop_rois = rois - torch.tensor([0., corner, corner, corner, corner], device="cuda")
+    crop_out, crop_arg = torch.ops.redet.roi_pool(x[..., corner:, corner:], crop_rois, 1.0, 7, 7)
+    crop_size = width - corner
+    moved = (crop_arg // crop_size + corner) * width + crop_arg % crop_size + corner
+    assert torch.equal(out, crop_out) and torch.equal(arg, torch.where(crop_arg >= 0, moved, crop_arg))
+    assert (arg[2] == -1).all() and (arg[:2] >= 0).all()
+    del x

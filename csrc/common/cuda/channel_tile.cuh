@@ -1,8 +1,8 @@
 // Channels-last gathers: one warp lane per channel, so the 32 lanes of a warp read 32 adjacent
 // words of a (N, H, W, C) feature map (one coalesced request) at every sample point. Their outputs
 // are (K, C, bins) with bins contiguous, so a lane's results are `bins` words apart: the warp
-// collects a tile of up to 32 channels x 32 bins in shared memory and stores it in the output's
-// own order (32 adjacent words per request instead of 32 scattered ones).
+// collects a tile of up to 32 channels x kBins bins in shared memory and stores it in the output's
+// own order (adjacent words per request instead of 32 scattered ones).
 #pragma once
 #include <cstdint>
 
@@ -11,15 +11,21 @@ namespace redet {
 constexpr int kWarp = 32;
 constexpr unsigned kFullWarpMask = 0xffffffffu;
 
-template <typename scalar_t>
+// kBins: bins a tile holds (32 by default). A kernel whose warps produce a few bins at a time
+// (RoIPool: one row of 7) takes a narrow tile, so that a full SM's worth of warps fits in shared memory.
+template <typename scalar_t, int kBins = kWarp>
 struct ChannelTile {
-  scalar_t (*cell)[kWarp + 1];  // [channel lane][bin in tile]; +1 spreads a column over the banks
+  static_assert(kBins >= 1 && kBins <= kWarp, "ChannelTile holds 1 to 32 bins");
+  // Row length, odd: put() writes one column (32 rows), which then falls in 32 different banks.
+  static constexpr int kRow = kBins | 1;
+
+  scalar_t (*cell)[kRow];  // [channel lane][bin in tile]
 
   // Elements of one warp's tile; the kernel declares kWarps * elements() of shared memory.
-  static constexpr int elements() { return kWarp * (kWarp + 1); }
+  static constexpr int elements() { return kWarp * kRow; }
 
   __device__ explicit ChannelTile(scalar_t* warp_memory)
-      : cell(reinterpret_cast<scalar_t (*)[kWarp + 1]>(warp_memory)) {}
+      : cell(reinterpret_cast<scalar_t (*)[kRow]>(warp_memory)) {}
 
   __device__ void put(int lane, int bin_in_tile, scalar_t value) { cell[lane][bin_in_tile] = value; }
 
@@ -30,10 +36,18 @@ struct ChannelTile {
   // holds whole rows (bins == channel_stride) the tile is one contiguous block.
   __device__ void store(scalar_t* out, int channels, int bins, int64_t channel_stride, int lane) {
     __syncwarp();
-    const int total = channels * bins;
-    for (int i = lane; i < total; i += kWarp) {
-      const int c = i / bins, b = i - c * bins;
-      out[c * channel_stride + b] = cell[c][b];
+    if (bins > 0) {
+      int c = lane / bins, b = lane - c * bins;  // this lane's element c * bins + b, then 32 further
+      const int dc = kWarp / bins, db = kWarp - dc * bins;
+      while (c < channels) {
+        out[c * channel_stride + b] = cell[c][b];
+        c += dc;
+        b += db;
+        if (b >= bins) {
+          b -= bins;
+          ++c;
+        }
+      }
     }
     __syncwarp();  // the tile is reused for the next bins
   }
