@@ -4,6 +4,9 @@ CUDA op in the same run. Shapes from ANCHORS.md:
          centres uniform in 1024^2, w, h in [16, 256] px, theta in [-pi, pi)), scale 0.25, 7x7,
          2 samples per bin side;
   test:  1 image, 2000 RoIs, same map (forward only).
+The forward reads channels-last features: ours is timed with NCHW input (the op's transpose to
+channels-last included: `ours_forward_ms`) and with channels-last input (`ours_forward_channels_last_ms`,
+no copy); `transpose_ms` is that transpose alone. mmcv reads NCHW.
 Also: the fused multi-level op vs a per-level loop (FPN strides 4-32 of a 1024^2 image), and
 CPU (2 threads) vs the plain reference on a small shape.
 Usage: python benchmarks/bench_riroi_align_rotated.py --out benchmarks/results/riroi_align_rotated_h200.json"""
@@ -68,12 +71,19 @@ def ratio(row, peer_key, ours_key, name):
 def bench_shape(name, num_images, per_image, dtype, peer, with_backward=True):
     g = torch.Generator(device="cuda").manual_seed(1)
     x = torch.randn(num_images, 32 * NO, 256, 256, device="cuda", generator=g).to(dtype)
+    x_channels_last = x.contiguous(memory_format=torch.channels_last)
     rois = make_rois(num_images, per_image).to(dtype)
     args = (SCALE, OUT, OUT, SAMPLES, NO, True, False)
     ours = lambda: torch.ops.redet.riroi_align_rotated(x, rois, *args)  # noqa: E731
+    ours_channels_last = lambda: torch.ops.redet.riroi_align_rotated(  # noqa: E731
+        x_channels_last, rois, *args)
     row = dict(shape=name, dtype=str(dtype).replace("torch.", ""))
-    row["ours_forward_ms"] = time_cuda(ours)
+    row["ours_forward_ms"] = time_cuda(ours)  # NCHW input: includes the transpose
     row["ours_forward_peak_extra_mb"] = peak_extra_memory_mb(ours)
+    row["ours_forward_channels_last_ms"] = time_cuda(ours_channels_last)
+    row["ours_forward_channels_last_peak_extra_mb"] = peak_extra_memory_mb(ours_channels_last)
+    row["transpose_ms"] = time_cuda(lambda: x.contiguous(memory_format=torch.channels_last))
+    row["channels_last_equals_nchw"] = bool(torch.equal(ours(), ours_channels_last()))
     if with_backward:
         grad = torch.randn(rois.shape[0], x.shape[1], OUT, OUT, device="cuda").to(dtype)
         bwd = lambda: torch.ops.redet._riroi_align_rotated_backward(  # noqa: E731
@@ -104,6 +114,8 @@ def bench_shape(name, num_images, per_image, dtype, peer, with_backward=True):
         except Exception as error:  # noqa: BLE001  (report, do not fail the benchmark)
             row["mmcv_error"] = str(error)[:200]
     ratio(row, "mmcv_forward_ms", "ours_forward_ms", "speedup_forward_vs_mmcv")
+    ratio(row, "mmcv_forward_ms", "ours_forward_channels_last_ms",
+          "speedup_forward_channels_last_vs_mmcv")
     ratio(row, "mmcv_backward_ms", "ours_backward_ms", "speedup_backward_vs_mmcv")
     ratio(row, "mmcv_backward_ms", "ours_backward_deterministic_ms",
           "speedup_deterministic_backward_vs_mmcv")
@@ -122,6 +134,9 @@ def bench_multilevel(dtype):
     opts = (OUT, OUT, SAMPLES, NO, True, False)
     fused = lambda: torch.ops.redet.riroi_align_rotated_multilevel(  # noqa: E731
         features, rois, levels, scales, *opts)
+    features_channels_last = [f.contiguous(memory_format=torch.channels_last) for f in features]
+    fused_channels_last = lambda: torch.ops.redet.riroi_align_rotated_multilevel(  # noqa: E731
+        features_channels_last, rois, levels, scales, *opts)
     index = [(levels == l).nonzero().flatten() for l in range(4)]
 
     def loop():
@@ -141,8 +156,11 @@ def bench_multilevel(dtype):
     row = dict(shape="multilevel: 4 levels (2,256,{256,128,64,32}^2), 1024 rois", dtype=str(dtype).replace("torch.", ""),
                rois_per_level=[int(i.numel()) for i in index],
                fused_forward_ms=time_cuda(fused), loop_forward_ms=time_cuda(loop),
+               fused_forward_channels_last_ms=time_cuda(fused_channels_last),
+               fused_forward_channels_last_peak_extra_mb=peak_extra_memory_mb(fused_channels_last),
                fused_backward_ms=time_cuda(fused_bwd), loop_backward_ms=time_cuda(loop_bwd))
     row["fused_vs_loop_max_abs_diff"] = (fused() - loop()).abs().max().item()
+    row["fused_channels_last_equals_nchw"] = bool(torch.equal(fused(), fused_channels_last()))
     return row
 
 

@@ -1,5 +1,9 @@
-"""Small RiRoIAlignRotated runs for compute-sanitizer (memcheck, racecheck): every CUDA kernel
-(forward for nO = 8, 4 and any other nO; fast and deterministic backward; multi-level), edge cases."""
+"""Small RiRoIAlignRotated runs for compute-sanitizer (memcheck, racecheck): every CUDA kernel on
+edge cases. Forward: the channels-last kernel (fixed 2 x 2 grid and any grid; NCHW and
+channels-last input; chunks that fill a warp, leave lanes idle, or end part-way) and the NCHW
+kernel of nO > 32; fast and deterministic backward; multi-level with mixed layouts.
+Usage: compute-sanitizer --tool memcheck python benchmarks/sanitize_riroi_align_rotated.py
+       compute-sanitizer --tool racecheck python benchmarks/sanitize_riroi_align_rotated.py"""
 import math
 
 import torch
@@ -7,36 +11,59 @@ import torch
 import redet_plugin  # noqa: F401
 from redet_plugin.ops import riroi_align_rotated, riroi_align_rotated_multilevel
 
+# (batch, height, width, rois): off-map, 1 x 1 map, no RoIs, a RoI covering the whole map
+SPATIAL_CASES = [
+    (2, 9, 11, [[0, 4., 4, 6, 3, 0.3], [1, -5, -5, 30, 30, -2.0], [0, 8, 6, 2, 2, math.pi / 4]]),
+    (1, 1, 1, [[0, 0., 0, 1, 1, 1.0], [0, 1, 0, 5, 3, -0.5]]),
+    (1, 5, 5, []),
+    (1, 5, 5, [[0, 50., 50, 6, 6, 0.5]]),
+    (1, 5, 5, [[0, 2., 2, 40, 40, -7.0]]),
+]
+# (nO, fields): C = 16 (full chunks of 32 lanes hold 4 groups; one chunk, 16 lanes idle),
+# C = 20 with nO = 4, nO = 6 (30-lane chunks 30 + 30 + 6), nO = 16, nO = 1, nO = 40 (NCHW kernel)
+ORIENTATION_CASES = [(8, 2), (4, 5), (6, 11), (16, 3), (1, 40), (40, 1)]
+
+
+def run_single(dtype, batch, height, width, rois, nO, fields, num_samples, layout, deterministic):
+    x = torch.randn(batch, fields * nO, height, width, device="cuda", dtype=dtype)
+    x = x.contiguous(memory_format=layout).requires_grad_(True)
+    boxes = torch.tensor(rois, device="cuda", dtype=dtype).reshape(-1, 6)
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        out = riroi_align_rotated(x, boxes, (2, 3), 0.5, num_samples, nO, True)
+        out.backward(torch.ones_like(out))
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def run_multilevel(dtype):
+    features = [torch.randn(2, 16, s, s, device="cuda", dtype=dtype) for s in (12, 6, 3, 1)]
+    features[0] = features[0].contiguous(memory_format=torch.channels_last)  # mixed layouts
+    features = [f.requires_grad_(True) for f in features]
+    rois = torch.tensor([[0, 10., 10, 8, 4, 0.2], [1, 20, 5, 16, 16, 1.0],
+                         [1, -3, 40, 40, 8, -1.0]], device="cuda", dtype=dtype)
+    levels = torch.tensor([0, 1, 3], device="cuda")  # level 2 has no RoI
+    for deterministic, num_samples in ((False, 2), (True, 0)):
+        torch.use_deterministic_algorithms(deterministic)
+        try:
+            out = riroi_align_rotated_multilevel(features, rois, levels,
+                                                 [0.5, 0.25, 0.125, 0.0625], (3, 3), num_samples, 8)
+            out.backward(torch.ones_like(out))
+        finally:
+            torch.use_deterministic_algorithms(False)
+
 
 def run():
-    cases = [
-        (torch.randn(2, 16, 9, 11), torch.tensor([[0, 4., 4, 6, 3, 0.3], [1, -5, -5, 30, 30, -2.0],
-                                                  [0, 8, 6, 2, 2, math.pi / 4]])),
-        (torch.randn(1, 8, 1, 1), torch.tensor([[0, 0., 0, 1, 1, 1.0]])),          # 1x1 map
-        (torch.randn(1, 8, 5, 5), torch.zeros(0, 6)),                               # no RoIs
-        (torch.randn(1, 8, 5, 5), torch.tensor([[0, 50., 50, 6, 6, 0.5]])),         # off the map
-        (torch.randn(1, 8, 5, 5), torch.tensor([[0, 2., 2, 40, 40, -7.0]])),        # covers it all
-    ]
+    layouts = (torch.contiguous_format, torch.channels_last)
     for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16]:
-        for x, rois in cases:
-            for nO in (8, 4, 2):
-                xi = x.to("cuda", dtype).requires_grad_(True)
-                for deterministic in (False, True):
-                    torch.use_deterministic_algorithms(deterministic)
-                    out = riroi_align_rotated(xi, rois.to("cuda", dtype), (2, 3), 0.5, 0, nO, True)
-                    out.backward(torch.ones_like(out))
-                torch.use_deterministic_algorithms(False)
-        features = [torch.randn(2, 16, s, s, device="cuda", dtype=dtype, requires_grad=True)
-                    for s in (12, 6, 3, 1)]
-        rois = torch.tensor([[0, 10., 10, 8, 4, 0.2], [1, 20, 5, 16, 16, 1.0],
-                             [1, -3, 40, 40, 8, -1.0]], device="cuda", dtype=dtype)
-        levels = torch.tensor([0, 1, 3], device="cuda")  # level 2 has no RoI
-        for deterministic in (False, True):
-            torch.use_deterministic_algorithms(deterministic)
-            out = riroi_align_rotated_multilevel(features, rois, levels, [0.5, 0.25, 0.125, 0.0625],
-                                                 (3, 3), 2, 8)
-            out.backward(torch.ones_like(out))
-        torch.use_deterministic_algorithms(False)
+        for s, (batch, height, width, rois) in enumerate(SPATIAL_CASES):
+            for o, (nO, fields) in enumerate(ORIENTATION_CASES):
+                # every (sample grid, layout, backward mode) per dtype, spread over the cases
+                variant = s + o
+                run_single(dtype, batch, height, width, rois, nO, fields,
+                           num_samples=(2, 0)[variant % 2], layout=layouts[(variant // 2) % 2],
+                           deterministic=bool(s % 2))
+        run_multilevel(dtype)
     torch.cuda.synchronize()
     print("sanitize_riroi_align_rotated: done")
 

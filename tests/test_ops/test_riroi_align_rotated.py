@@ -540,3 +540,98 @@ def test_cuda_legacy_orientation_equals_mmcv(clockwise, dtype):
         torch.testing.assert_close(fixed.cpu(), call(x.cpu(), rois.cpu(), output_size, 0.25,
                                                      num_samples, 8, clockwise),
                                    rtol=ORDER_RTOL[dtype], atol=FORWARD_ATOL[dtype])
+
+
+# --------------------- CUDA channels-last forward: chunks, layouts, edge cases ---------------------
+# (fields, nO) -> channel chunks of the warp-per-(RoI, chunk) kernel: lanes = (32 // nO) * nO.
+CHUNK_CASES = [
+    (4, 8),    # C = 32: one full chunk (4 groups)
+    (5, 4),    # C = 20: one chunk, 12 idle lanes
+    (11, 6),   # C = 66: 30-lane chunks 30 + 30 + 6, 2 lanes past every chunk
+    (3, 16),   # C = 48: 32 + 16
+    (2, 32),   # C = 64: one group per warp
+    (40, 1),   # C = 40: no orientation interpolation, 32 + 8
+    (1, 40),   # nO > 32: the NCHW kernel
+]
+# (clockwise, legacy, num_samples, output_size): both kernel instantiations (fixed 2 x 2 grid and
+# any grid) and both orientation modes.
+CUDA_OPTION_CASES = [(False, False, 2, (7, 7)), (True, True, 0, (3, 4)), (True, False, 1, (2, 5)),
+                     (False, True, 3, (1, 1)), (True, True, 2, (6, 7))]
+
+
+def channels_last(x):
+    return x.contiguous(memory_format=torch.channels_last)
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fields, nO", CHUNK_CASES)
+def test_cuda_chunks_match_cpu_for_both_layouts(dtype, fields, nO):
+    x, rois = make_case(25, dtype, nO=nO, fields=fields, h=9, w=12, k=20)
+    xg, rois_g = x.cuda(), rois.cuda()
+    for clockwise, legacy, num_samples, output_size in CUDA_OPTION_CASES:
+        kwargs = dict(output_size=output_size, nO=nO, num_samples=num_samples,
+                      clockwise=clockwise, legacy=legacy)
+        expected = call(x, rois, **kwargs)
+        nchw = call(xg, rois_g, **kwargs)
+        nhwc = call(channels_last(xg), rois_g, **kwargs)
+        assert nhwc.is_contiguous() and nhwc.shape == expected.shape
+        assert torch.equal(nhwc, nchw)  # one kernel, one layout after the transpose
+        torch.testing.assert_close(nchw.cpu().double(), expected.double(), rtol=ORDER_RTOL[dtype],
+                                   atol=CUDA_FORWARD_ATOL[dtype])
+
+
+@CUDA
+def test_cuda_channels_last_gradient_equals_nchw_gradient():
+    x, rois = make_case(26, torch.float32, nO=6, fields=11, h=9, w=12, k=20)
+    a = x.cuda().clone().requires_grad_(True)
+    b = channels_last(x.cuda()).detach().requires_grad_(True)
+    grad = torch.randn(20, 66, 3, 4, device="cuda")
+    call(a, rois.cuda(), nO=6).backward(grad)
+    call(b, rois.cuda(), nO=6).backward(grad)
+    torch.testing.assert_close(b.grad, a.grad, rtol=1e-6, atol=1e-6)  # float atomics' order
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_edge_cases(dtype):
+    """K = 0, RoIs entirely off the map (zeros), a 1 x 1 map, a RoI covering the whole map."""
+    g = torch.Generator().manual_seed(27)
+    x = torch.randn(2, 20, 6, 7, generator=g, dtype=torch.float64).to(dtype)
+    for layout in (lambda t: t, channels_last):
+        xg = layout(x.cuda())
+        empty = call(xg, torch.zeros(0, 6, dtype=dtype, device="cuda"), nO=4)
+        assert empty.shape == (0, 20, 3, 4) and empty.dtype == dtype
+        off_map = torch.tensor([[0, 100., 100, 8, 8, 0.4], [1, -60, 3, 10, 4, -2.0]], dtype=dtype)
+        out = call(xg, off_map.cuda(), nO=4)
+        assert torch.equal(out, torch.zeros_like(out))
+        rois = torch.tensor([[0, 0.5, 0.5, 3, 2, 0.7], [1, 2, 1, 40, 40, 3.0],
+                             [1, 6, 7, 30, 20, -5.0]], dtype=dtype)
+        tiny = x[:, :, :1, :1].contiguous()  # 1 x 1 maps: every tap reads the one pixel
+        for features in (x, tiny):
+            for num_samples in (2, 0):
+                expected = call(features, rois, (3, 4), 0.5, num_samples, 4)
+                got = call(layout(features.cuda()), rois.cuda(), (3, 4), 0.5, num_samples, 4)
+                torch.testing.assert_close(got.cpu().double(), expected.double(),
+                                           rtol=ORDER_RTOL[dtype], atol=CUDA_FORWARD_ATOL[dtype])
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16])
+@pytest.mark.parametrize("nO, fields", [(4, 5), (6, 11), (40, 1)])
+def test_cuda_multilevel_matches_cpu_with_mixed_layouts(dtype, nO, fields):
+    g = torch.Generator().manual_seed(28)
+    sizes, scales = [(24, 20), (12, 10), (1, 1)], [1 / 4, 1 / 8, 1 / 16]
+    features = [torch.randn(2, fields * nO, h, w, generator=g, dtype=torch.float64).to(dtype)
+                for h, w in sizes]
+    rois = random_rois(30, 2, 24, 1 / 4, g, dtype)
+    levels = torch.randint(0, 3, (30,), generator=g)
+    # level 0 channels-last, the others NCHW: each level is brought to the kernel's layout
+    on_gpu = [channels_last(features[0].cuda())] + [f.cuda() for f in features[1:]]
+    for num_samples in (2, 0):
+        expected = riroi_align_rotated_multilevel(features, rois, levels, scales, (7, 7),
+                                                  num_samples, nO, True)
+        got = riroi_align_rotated_multilevel(on_gpu, rois.cuda(), levels.cuda(), scales, (7, 7),
+                                             num_samples, nO, True)
+        torch.testing.assert_close(got.cpu().double(), expected.double(), rtol=ORDER_RTOL[dtype],
+                                   atol=CUDA_FORWARD_ATOL[dtype])

@@ -1,9 +1,20 @@
 // RiRoIAlignRotated on CUDA (single- and multi-level share these kernels; single = one level).
 //
-// Forward: one thread per (channel group, RoI, bin) computes all nO outputs of the bin: at each
-// sample point the bilinear taps are computed once and the nO orientation channels are read once
-// (the peer computes taps per output and reads 2 channels per output: 2x the loads). Work is
-// ordered group-major so one group's planes stay in L2 while every RoI reads them.
+// Forward (nO <= 32): a channels-last gather. The features are read as (N, H, W, C) (the host
+// takes each level `.contiguous(ChannelsLast)`: free when the caller already passes channels-last,
+// one transpose otherwise), so the C channels of a pixel are adjacent words. One warp handles one
+// (RoI, channel chunk); a chunk is `lanes = (32 / nO) * nO` consecutive channels, i.e. whole
+// orientation groups (nO = 8: 32 lanes = 4 groups; nO = 6: 30 lanes), and lane i owns channel
+// chunk_start + i. All lanes share the RoI's sample points, so every bilinear tap is one
+// coalesced request: 32 adjacent channels of one pixel. (On NCHW maps one thread per bin makes
+// the 32 lanes of a warp read 32 different bins: ~32 sectors per request, 4 useful bytes each.)
+// With num_samples == 2 the lanes compute the taps of 8 bins at once (one sample each) and share
+// them through shared memory instead of each lane repeating the geometry; any other grid is
+// walked by every lane (warp-uniform). The orientation alignment needs two other channels of the
+// lane's own group: two warp shuffles per bin. Outputs are (K, C, bins) with bins contiguous: a
+// ChannelTile (csrc/common/cuda/channel_tile.cuh) transposes them in shared memory so that the
+// stores are coalesced too. nO > 32 (a group wider than a warp) keeps a plain NCHW kernel, one
+// thread per output.
 //
 // Backward: one thread per (group, RoI, bin, input orientation j). The gradient is scattered into
 // a scratch buffer laid out [level][n][group][pixel][j] so the nO threads of one bin hit nO
@@ -17,6 +28,7 @@
 
 #include <vector>
 
+#include "common/cuda/channel_tile.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/riroi_geometry.h"
 #include "riroi_align_rotated/riroi_align_rotated.h"
@@ -49,60 +61,206 @@ __device__ __forceinline__ bool roi_level_and_image(const scalar_t* roi, const i
 }
 
 // ------------------------------------------ forward ------------------------------------------
-// R[m] accumulates input orientation (m - shift) mod NO: the rotation is applied when loading,
-// so the register array is only indexed by compile-time constants (no local-memory spill).
-template <typename scalar_t, int NO>
-__global__ void __launch_bounds__(kThreads)
-forward_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> levels,
-               const scalar_t* __restrict__ rois, const int64_t* __restrict__ roi_levels,
-               int64_t num_rois, int groups, int batch_size, KernelOptions opt,
-               scalar_t* __restrict__ output) {
+// Blocks of 8 warps (4 for double, whose tiles are twice as large): each warp's ChannelTile and
+// shared taps stay under the 48 KB of static shared memory per block (float 45 KB, double 41 KB).
+template <typename scalar_t>
+constexpr int forward_warps_per_block() {
+  return sizeof(scalar_t) == 8 ? 4 : 8;
+}
+
+// Channels of one warp: whole orientation groups, as many as fit in 32 lanes.
+REDET_HOST_DEVICE int chunk_lanes(int num_orientations) {
+  return (kWarp / num_orientations) * num_orientations;
+}
+
+// Feature reads through the read-only data cache (the table of levels hides __restrict__).
+__device__ __forceinline__ float load_feature(const float* p) { return __ldg(p); }
+__device__ __forceinline__ double load_feature(const double* p) { return __ldg(p); }
+__device__ __forceinline__ c10::Half load_feature(const c10::Half* p) {
+  return c10::Half(__ldg(reinterpret_cast<const unsigned short*>(p)), c10::Half::from_bits());
+}
+__device__ __forceinline__ c10::BFloat16 load_feature(const c10::BFloat16* p) {
+  return c10::BFloat16(__ldg(reinterpret_cast<const unsigned short*>(p)),
+                       c10::BFloat16::from_bits());
+}
+
+// Sum over the samples of bin (ph, pw) of the bilinear value of one channel; `map` points at the
+// lane's channel of pixel 0 of its image, pixels `channels` words apart. Inactive lanes (past the
+// channel count) read nothing and return 0. Samples off the map read nothing (warp-uniform).
+template <typename scalar_t, typename acc_t>
+__device__ __forceinline__ acc_t any_grid_bin_sum(const RiRoIGeometry<acc_t>& g, int ph, int pw,
+                                                  int height, int width,
+                                                  const scalar_t* __restrict__ map,
+                                                  int64_t channels, bool active) {
+  acc_t sum = acc_t(0);
+  for (int iy = 0; iy < g.grid_h; ++iy) {
+    for (int ix = 0; ix < g.grid_w; ++ix) {
+      BilinearTaps<acc_t> t;
+      if (!sample_taps(g, ph, pw, iy, ix, height, width, &t)) continue;
+      acc_t v[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        v[q] = active ? static_cast<acc_t>(load_feature(map + t.offset[q] * channels)) : acc_t(0);
+      }
+      // the CPU kernel's expression and order
+      sum += t.weight[0] * v[0] + t.weight[1] * v[1] + t.weight[2] * v[2] + t.weight[3] * v[3];
+    }
+  }
+  return sum;
+}
+
+// One sample's bilinear taps, computed by one lane and read by the whole warp (shared memory).
+// The offsets are in bytes of the channels-last map (pixel offset * channels * element size),
+// multiplied once here: a load then costs one 64-bit add.
+template <typename acc_t>
+struct alignas(16) SharedTaps {
+  int64_t byte_offset[4];  // byte_offset[0] < 0: the sample is off the map and reads nothing
+  acc_t weight[4];
+};
+
+// With a fixed grid of kSamples samples per bin the lanes first compute the taps of
+// 32 / kSamples bins together (one sample each, in shared memory) instead of every lane
+// computing every sample: the geometry costs ~1/32 of the instructions. A bin then reads its
+// taps (broadcast), issues all 4 * kSamples loads (independent, predicated), and sums them in the
+// CPU kernel's order.
+template <int kSamples, typename scalar_t, typename acc_t>
+__device__ __forceinline__ acc_t shared_taps_bin_sum(const SharedTaps<acc_t>* taps,
+                                                     const scalar_t* __restrict__ map, bool active) {
+  const char* lane_bytes = reinterpret_cast<const char*>(map);
+  SharedTaps<acc_t> t[kSamples];
+#pragma unroll
+  for (int s = 0; s < kSamples; ++s) t[s] = taps[s];
+  acc_t v[kSamples][4];
+#pragma unroll
+  for (int s = 0; s < kSamples; ++s) {
+    const bool read = active && t[s].byte_offset[0] >= 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const auto* p = reinterpret_cast<const scalar_t*>(lane_bytes + t[s].byte_offset[q]);
+      v[s][q] = read ? static_cast<acc_t>(load_feature(p)) : acc_t(0);
+    }
+  }
+  acc_t sum = acc_t(0);
+#pragma unroll
+  for (int s = 0; s < kSamples; ++s) {
+    if (t[s].byte_offset[0] < 0) continue;
+    sum += t[s].weight[0] * v[s][0] + t[s].weight[1] * v[s][1] + t[s].weight[2] * v[s][2] +
+           t[s].weight[3] * v[s][3];
+  }
+  return sum;
+}
+
+// Lane `lane` computes sample lane % kSamples (row-major in the bin's grid) of bin
+// first + lane / kSamples.
+template <int kGrid, typename scalar_t, typename acc_t>
+__device__ __forceinline__ void compute_shared_taps(const RiRoIGeometry<acc_t>& g, int first,
+                                                    int bins, int out_w, int height, int width,
+                                                    int channels, int lane,
+                                                    SharedTaps<acc_t>* taps) {
+  constexpr int kSamples = kGrid * kGrid;
+  const int bin = first + lane / kSamples, s = lane % kSamples;
+  if (lane >= (kWarp / kSamples) * kSamples || bin >= bins) return;
+  BilinearTaps<acc_t> t;
+  SharedTaps<acc_t> entry{};
+  if (sample_taps(g, bin / out_w, bin % out_w, s / kGrid, s % kGrid, height, width, &t)) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      entry.byte_offset[q] = static_cast<int64_t>(t.offset[q]) * channels *
+                             static_cast<int64_t>(sizeof(scalar_t));
+      entry.weight[q] = t.weight[q];
+    }
+  } else {
+    entry.byte_offset[0] = -1;
+  }
+  taps[lane] = entry;
+}
+
+// One warp per (RoI, channel chunk), flattened with the chunk fastest (the warps of a block share
+// a RoI's pixels when C = 256), grid-stride over warps. Every branch on the work item is
+// warp-uniform, so the full-warp shuffles and __syncwarp see all 32 lanes.
+// kGrid: 2 when num_samples == 2 (fixed grid, taps shared through shared memory), 0 for any other
+// (or adaptive) grid, where every lane walks the samples itself.
+template <typename scalar_t, int kGrid>
+__global__ void __launch_bounds__(kWarp * forward_warps_per_block<scalar_t>(), 3)
+forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> levels,
+                             const scalar_t* __restrict__ rois,
+                             const int64_t* __restrict__ roi_levels, int64_t num_rois,
+                             int channels, int batch_size, KernelOptions opt,
+                             scalar_t* __restrict__ output) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int bins = opt.out_h * opt.out_w;
-  const int64_t channels = static_cast<int64_t>(groups) * NO;
-  const int64_t total = static_cast<int64_t>(groups) * num_rois * bins;
-  REDET_CUDA_GRID_STRIDE(i, total) {
-    const int bin = static_cast<int>(i % bins);
-    const int64_t k = (i / bins) % num_rois;
-    const int c = static_cast<int>(i / (bins * num_rois));
+  constexpr int kWarps = forward_warps_per_block<scalar_t>();
+  constexpr int kSamples = kGrid * kGrid;
+  // raw bytes: c10::Half / BFloat16 have constructors, which __shared__ arrays may not have
+  __shared__ __align__(16) unsigned char tile_memory[kWarps * ChannelTile<scalar_t>::elements() *
+                                                     sizeof(scalar_t)];
+  __shared__ SharedTaps<acc_t> shared_taps[kWarps][kGrid > 0 ? kWarp : 1];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  ChannelTile<scalar_t> tile(reinterpret_cast<scalar_t*>(tile_memory) +
+                             warp * ChannelTile<scalar_t>::elements());
+  SharedTaps<acc_t>* taps = shared_taps[warp];
+  const int num_o = opt.num_orientations, bins = opt.out_h * opt.out_w;
+  const int lanes = chunk_lanes(num_o);
+  const int chunks = (channels + lanes - 1) / lanes;
+  const int orientation = lane % num_o, group_lane = lane - orientation;  // lane of orientation 0
+  const int64_t items = num_rois * chunks;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp; item < items;
+       item += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const int64_t k = item / chunks;
+    const int chunk_start = static_cast<int>(item % chunks) * lanes;
+    const int chunk_channels = min(lanes, channels - chunk_start);
+    const bool active = lane < chunk_channels;
     const scalar_t* roi = rois + k * 6;
     int l, n;
     if (!roi_level_and_image(roi, roi_levels, k, levels.count, batch_size, &l, &n)) continue;
     const int height = levels.height[l], width = levels.width[l];
-    const int64_t plane = static_cast<int64_t>(height) * width;
-    const auto g = riroi_geometry<scalar_t, acc_t>(roi, levels.spatial_scale[l], opt.out_h,
-                                                   opt.out_w, opt.num_samples, NO, opt.clockwise);
-    const scalar_t* planes = levels.data[l] + (n * channels + static_cast<int64_t>(c) * NO) * plane;
-    const int ph = bin / opt.out_w, pw = bin % opt.out_w;
-    acc_t rotated[NO];
-#pragma unroll
-    for (int m = 0; m < NO; ++m) rotated[m] = acc_t(0);
-    for (int iy = 0; iy < g.grid_h; ++iy) {
-      for (int ix = 0; ix < g.grid_w; ++ix) {
-        BilinearTaps<acc_t> t;
-        if (!sample_taps(g, ph, pw, iy, ix, height, width, &t)) continue;
-#pragma unroll
-        for (int m = 0; m < NO; ++m) {
-          const scalar_t* p = planes + ((m - g.shift + NO) % NO) * plane;
-          rotated[m] += t.weight[0] * static_cast<acc_t>(p[t.offset[0]]) +
-                        t.weight[1] * static_cast<acc_t>(p[t.offset[1]]) +
-                        t.weight[2] * static_cast<acc_t>(p[t.offset[2]]) +
-                        t.weight[3] * static_cast<acc_t>(p[t.offset[3]]);
+    auto g = riroi_geometry<scalar_t, acc_t>(roi, levels.spatial_scale[l], opt.out_h, opt.out_w,
+                                             opt.num_samples, num_o, opt.clockwise);
+    if constexpr (kGrid > 0) {
+      // Equal already (num_samples == kGrid); as compile-time constants they let the compiler
+      // fold the divisions by the grid into exact multiplications.
+      g.grid_h = g.grid_w = kGrid;
+      g.count = acc_t(kGrid * kGrid);
+    }
+    // The lanes holding this output's two source orientations (lanes of the same group).
+    const int main_lane = group_lane + main_source(orientation, g.shift, num_o);
+    const int side_lane = group_lane + neighbour_source(orientation, g.shift, num_o, opt.legacy);
+    const acc_t keep = acc_t(1) - g.frac;
+    const scalar_t* map = levels.data[l] +
+                          static_cast<int64_t>(n) * height * width * channels + chunk_start + lane;
+    scalar_t* out = output + (k * channels + chunk_start) * bins;
+    // v: this lane's channel summed over the bin's samples -> orientation alignment -> tile
+    auto emit = [&](int bin, acc_t v) {
+      const acc_t main = __shfl_sync(kFullWarpMask, v, main_lane);
+      const acc_t side = __shfl_sync(kFullWarpMask, v, side_lane);
+      const int slot = bin % kWarp;
+      tile.put(lane, slot, static_cast<scalar_t>((keep * main + g.frac * side) / g.count));
+      if (slot == kWarp - 1 || bin == bins - 1) {
+        tile.store(out + (bin - slot), chunk_channels, slot + 1, bins, lane);
+      }
+    };
+    if constexpr (kGrid > 0) {
+      constexpr int kBinsPerPass = kWarp / kSamples;
+      for (int first = 0; first < bins; first += kBinsPerPass) {
+        compute_shared_taps<kGrid, scalar_t>(g, first, bins, opt.out_w, height, width, channels, lane, taps);
+        __syncwarp();
+        const int pass_bins = min(kBinsPerPass, bins - first);
+        for (int j = 0; j < pass_bins; ++j) {
+          emit(first + j, shared_taps_bin_sum<kSamples>(taps + j * kSamples, map, active));
+        }
+        __syncwarp();  // the next pass rewrites the taps
+      }
+    } else {
+      int bin = 0;
+      for (int ph = 0; ph < opt.out_h; ++ph) {
+        for (int pw = 0; pw < opt.out_w; ++pw, ++bin) {
+          emit(bin, any_grid_bin_sum(g, ph, pw, height, width, map, channels, active));
         }
       }
-    }
-    const acc_t keep = acc_t(1) - g.frac;
-    scalar_t* out = output + (k * channels + static_cast<int64_t>(c) * NO) * bins + bin;
-#pragma unroll
-    for (int o = 0; o < NO; ++o) {
-      // neighbour_source(o) = main_source(o -/+ 1): the continuous / legacy neighbour
-      const acc_t side = opt.legacy ? rotated[(o + 1) % NO] : rotated[(o + NO - 1) % NO];
-      out[o * bins] = static_cast<scalar_t>((keep * rotated[o] + g.frac * side) / g.count);
     }
   }
 }
 
-// Any nO: one thread per output, reading its two source channels at every sample.
+// nO > 32 (NCHW): one thread per output, reading its two source channels at every sample.
 template <typename scalar_t>
 __global__ void __launch_bounds__(kThreads)
 forward_any_orientations_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> levels,
@@ -245,21 +403,43 @@ scratch_to_gradients_kernel(const scratch_t* __restrict__ scratch,
 }
 
 // ------------------------------------------ host side ------------------------------------------
+template <typename scalar_t>
+void launch_forward_channels_last(const FeatureLevels<scalar_t, at::opmath_type<scalar_t>>& table,
+                                  const scalar_t* rois, const int64_t* roi_levels,
+                                  int64_t num_rois, int channels, int batch_size,
+                                  const KernelOptions& opt, scalar_t* out, cudaStream_t stream) {
+  constexpr int threads = kWarp * forward_warps_per_block<scalar_t>();
+  const int lanes = chunk_lanes(opt.num_orientations);
+  const int64_t warps = num_rois * ((channels + lanes - 1) / lanes);
+  const int blocks = blocks_for(warps * kWarp, threads);
+  if (opt.num_samples == 2) {  // ReDet's setting: the unrolled 2 x 2 grid
+    forward_channels_last_kernel<scalar_t, 2><<<blocks, threads, 0, stream>>>(
+        table, rois, roi_levels, num_rois, channels, batch_size, opt, out);
+  } else {
+    forward_channels_last_kernel<scalar_t, 0><<<blocks, threads, 0, stream>>>(
+        table, rois, roi_levels, num_rois, channels, batch_size, opt, out);
+  }
+}
+
 at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
                           const at::Tensor& levels_, at::ArrayRef<double> scales,
                           const RiRoIOptions& opt, const char* name, const char* op) {
   check_riroi_forward(features_, rois_, levels_, scales, opt, name, op);
   c10::cuda::CUDAGuard guard(features_[0].device());
-  const auto features = contiguous_all(features_);
+  // nO <= 32: the channels-last gather; a wider group does not fit a warp (NCHW kernel).
+  const bool channels_last = opt.num_orientations <= kWarp;
+  const auto features = contiguous_all(
+      features_, channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
   const auto rois = rois_.contiguous();
   const auto levels = levels_.defined() ? levels_.contiguous() : levels_;
   const int64_t num_rois = rois.size(0), channels = features[0].size(1);
   const int batch_size = static_cast<int>(features[0].size(0));
+  // (K, C, out_h, out_w) contiguous whatever the features' layout
   auto output = at::empty({num_rois, channels, opt.out_h, opt.out_w}, features[0].options());
   if (output.numel() == 0) return output;
+  TORCH_CHECK(channels < (int64_t(1) << 31), op, ": ", name, " has too many channels (", channels,
+              "), expected < 2^31");
   const auto kopt = kernel_options(opt);
-  const int groups = static_cast<int>(channels / opt.num_orientations);
-  const int64_t per_group = num_rois * opt.out_h * opt.out_w;
   const int64_t* roi_levels = levels.defined() ? levels.data_ptr<int64_t>() : nullptr;
   auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, features[0].scalar_type(),
@@ -267,19 +447,14 @@ at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
     const auto table = feature_levels<scalar_t, at::opmath_type<scalar_t>>(features, scales);
     const scalar_t* roi_data = rois.data_ptr<scalar_t>();
     scalar_t* out = output.data_ptr<scalar_t>();
-    switch (opt.num_orientations) {
-      case 8:
-        forward_kernel<scalar_t, 8><<<blocks_for(groups * per_group), kThreads, 0, stream>>>(
-            table, roi_data, roi_levels, num_rois, groups, batch_size, kopt, out);
-        break;
-      case 4:
-        forward_kernel<scalar_t, 4><<<blocks_for(groups * per_group), kThreads, 0, stream>>>(
-            table, roi_data, roi_levels, num_rois, groups, batch_size, kopt, out);
-        break;
-      default:
-        forward_any_orientations_kernel<scalar_t>
-            <<<blocks_for(channels * per_group), kThreads, 0, stream>>>(
-                table, roi_data, roi_levels, num_rois, channels, batch_size, kopt, out);
+    if (channels_last) {
+      launch_forward_channels_last<scalar_t>(table, roi_data, roi_levels, num_rois,
+                                             static_cast<int>(channels), batch_size, kopt, out,
+                                             stream);
+    } else {
+      const int64_t outputs = channels * num_rois * opt.out_h * opt.out_w;
+      forward_any_orientations_kernel<scalar_t><<<blocks_for(outputs), kThreads, 0, stream>>>(
+          table, roi_data, roi_levels, num_rois, channels, batch_size, kopt, out);
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
