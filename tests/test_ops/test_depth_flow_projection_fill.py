@@ -76,6 +76,10 @@ def test_single_non_hole_fills_its_row_and_column_only():
 @pytest.mark.parametrize("kind", KINDS)
 def test_cuda_large_holes_match_cpu_and_reference(kind, dtype, deterministic):
     tol = 1e-9 if dtype == torch.float64 else 2e-3  # (see the float32 test above)
+    if deterministic and dtype == torch.float64:
+        # fixed-point sums are quantised relative to a worst-case bound of every target's total
+        # (csrc/common/fixed_point.h), not to each value: measured up to 5e-9 of the largest value
+        tol = 1e-7
     for shape in SHAPES:
         flow, depth = hole_case(kind, *shape, seed=len(kind) + shape[2], dtype=dtype)
         cpu, ref = ours_and_reference_grads(flow, depth, T, True)

@@ -1,8 +1,9 @@
 // RiRoIAlignRotated on CUDA (single- and multi-level share these kernels; single = one level).
 //
 // Forward (nO <= 32): a channels-last gather. The features are read as (N, H, W, C) (the host
-// takes each level `.contiguous(ChannelsLast)`: free when the caller already passes channels-last,
-// one transpose otherwise), so the C channels of a pixel are adjacent words. One warp handles one
+// passes each level through to_channels_last, common/cuda/channels_last.cuh: free when the caller
+// already passes channels-last, one tiled transpose otherwise), so the C channels of a pixel are
+// adjacent words. One warp handles one
 // (RoI, channel chunk); a chunk is `lanes = (32 / nO) * nO` consecutive channels, i.e. whole
 // orientation groups (nO = 8: 32 lanes = 4 groups; nO = 6: 30 lanes), and lane i owns channel
 // chunk_start + i. All lanes share the RoI's sample points, so every bilinear tap is one
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "common/cuda/channel_tile.cuh"
+#include "common/cuda/channels_last.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/riroi_geometry.h"
 #include "riroi_align_rotated/riroi_align_rotated.h"
@@ -428,8 +430,8 @@ at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
   c10::cuda::CUDAGuard guard(features_[0].device());
   // nO <= 32: the channels-last gather; a wider group does not fit a warp (NCHW kernel).
   const bool channels_last = opt.num_orientations <= kWarp;
-  const auto features = contiguous_all(
-      features_, channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+  std::vector<at::Tensor> features;
+  for (const auto& f : features_) features.push_back(channels_last ? to_channels_last(f) : f.contiguous());
   const auto rois = rois_.contiguous();
   const auto levels = levels_.defined() ? levels_.contiguous() : levels_;
   const int64_t num_rois = rois.size(0), channels = features[0].size(1);

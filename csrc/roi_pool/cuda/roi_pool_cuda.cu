@@ -4,7 +4,8 @@
 // (N, C, H, W) map the lanes of a warp read pixels of different bins or planes (scattered
 // requests); on an (N, H, W, C) map the same pixel of 32 consecutive channels is 32 adjacent words,
 // one coalesced request. So the kernel takes the input channels-last (no copy when the caller's
-// input already is; otherwise one transpose) and gives each warp one unit of work:
+// input already is; otherwise one tiled transpose, common/cuda/channels_last.cuh) and gives each
+// warp one unit of work:
 //   (chunk of 32 consecutive channels, RoI k, bin row ph, group of up to kTileBins bins of the row);
 // lane i owns channel chunk * 32 + i (lanes past C load nothing). A bin's rectangle depends only on
 // (k, ph, pw), so it is the same for all lanes: no divergence, and the scan order and tie rule are
@@ -25,6 +26,7 @@
 #include <limits>
 
 #include "common/cuda/channel_tile.cuh"
+#include "common/cuda/channels_last.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/roi_pool_geometry.h"
 #include "roi_pool/roi_pool.h"
@@ -155,7 +157,7 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input
   check_roi_pool_forward(input_, rois_, pooled_h, pooled_w, spatial_scale);
   c10::cuda::CUDAGuard guard(input_.device());
   // (N, H, W, C) memory: no copy when the caller's input is already channels-last.
-  const auto input = input_.contiguous(at::MemoryFormat::ChannelsLast);
+  const auto input = to_channels_last(input_);
   const auto rois = rois_.contiguous();
   const int64_t num_rois = rois.size(0), channels = input.size(1);
   const auto options = input.options().memory_format(at::MemoryFormat::Contiguous);
