@@ -2,8 +2,9 @@
 kernel (float/double atomics and fixed-point scatter; normalisation; the hole filling's row pass
 and column pass; fill transpose, gather backward) on edge cases: 1x1, single row/column,
 everything pushed off the image (all holes), border landings, B > 1, and the large-hole cases of
-the tests on a wide image (several warps and chunks per row) and a tall one (several row
-segments per column); with and without the depth check (its flag), and one invalid depth.
+the tests on a wide image (several warps and chunks per row), a tall one (several row segments
+per column) and a very tall narrow one (column segments of several words); with and without the
+depth check (its flag), and one invalid depth.
 Usage: compute-sanitizer --tool memcheck python benchmarks/sanitize_depth_flow_projection.py"""
 import os
 import sys
@@ -27,7 +28,8 @@ def cases():
     yield torch.randn(3, 2, 17, 23, generator=g) * 4, torch.rand(3, 1, 17, 23, generator=g) + 0.1
     for kind in KINDS:
         yield hole_case(kind, 2, 3, 300)   # wide: 8 warps per row, 2 chunks each
-        yield hole_case(kind, 1, 70, 35)   # tall: 16 row segments per column, 2 strips
+        yield hole_case(kind, 1, 70, 35)   # tall: 3 row segments per column, 5 blocks of 8 columns
+        yield hole_case(kind, 2, 4200, 2)  # very tall: 44 segments of 3 words (the column lookahead)
 
 
 def run():

@@ -14,9 +14,11 @@
 //      directions found and writes output and count = −found.
 // The sum (((left + right) + top) + bottom) / found is the same as that of the plain walk, and
 // each pixel is read a bounded number of times whatever the holes look like. On CUDA the row
-// pass is warp-cooperative (coalesced along the row) and the column pass runs one thread per
-// column (coalesced across threads); both split long lines into segments whose bounding
-// non-holes are exchanged through shared memory (see the kernels).
+// pass is warp-cooperative (coalesced along the row); the column pass gives each thread a short
+// segment of one column (8 adjacent columns per block, coalesced across threads) and each hole
+// finds its top and bottom by bit operations on 32-row hole masks, so holes are finished in
+// parallel (load_row_partial + finish_hole) rather than run by run. Both passes split long lines
+// into segments whose bounding non-holes are exchanged through shared memory (see the kernels).
 //
 // Accumulator slots: `Slots` gives load(i, &sum_x, &sum_y, &count) for pixel i (batch-flat) and
 // store_partial/load_partial for a hole's partial sum (a hole's accumulated sums are unused).
@@ -118,9 +120,34 @@ REDET_HOST_DEVICE void store_row_partial(const Slots& slots, count_t* count, int
   count[i] = -static_cast<count_t>(sum.found);
 }
 
-// Column pass: finishes the holes at rows [first, end) of one column, whose nearest non-holes
-// above and below are at rows `top` and `bottom` (-1: none). `column` is the slot/count index of
-// the column's row 0 and `out` points at the column's row 0 in the x plane of the output.
+// Column pass, one hole: the partial sum (left + right) and directions found that the row pass
+// left in its slot and count.
+template <typename calc_t, typename count_t, typename Slots>
+REDET_HOST_DEVICE HoleSum<calc_t> load_row_partial(const Slots& slots, const count_t* count,
+                                                   int64_t i) {
+  HoleSum<calc_t> sum;
+  sum.found = static_cast<int>(-count[i]);
+  slots.load_partial(i, &sum.x, &sum.y);
+  return sum;
+}
+
+// Column pass, one hole: adds its top and bottom neighbours to the row pass's partial sum and
+// writes the mean (out_x: the hole's pixel in the x plane) and count = −(directions found).
+template <typename scalar_t, typename count_t, typename calc_t>
+REDET_HOST_DEVICE void finish_hole(HoleSum<calc_t> sum, const NeighbourValue<calc_t>& above,
+                                   const NeighbourValue<calc_t>& below, scalar_t* out_x,
+                                   int64_t plane, count_t* count) {
+  sum.add(above);
+  sum.add(below);
+  const bool any = sum.found > 0;
+  out_x[0] = static_cast<scalar_t>(any ? sum.x / static_cast<calc_t>(sum.found) : calc_t(0));
+  out_x[plane] = static_cast<scalar_t>(any ? sum.y / static_cast<calc_t>(sum.found) : calc_t(0));
+  *count = -static_cast<count_t>(sum.found);
+}
+
+// Column pass (CPU): finishes the holes at rows [first, end) of one column, whose nearest
+// non-holes above and below are at rows `top` and `bottom` (-1: none). `column` is the slot/count
+// index of the column's row 0 and `out` points at the column's row 0 in the x plane of the output.
 template <typename scalar_t, typename count_t, typename calc_t, typename Slots>
 REDET_HOST_DEVICE void fill_column_run(const Slots& slots, count_t* count, scalar_t* out,
                                        int64_t plane, int64_t column, int width, int first,
@@ -129,36 +156,10 @@ REDET_HOST_DEVICE void fill_column_run(const Slots& slots, count_t* count, scala
       projected_value_at<calc_t>(slots, top >= 0 ? column + static_cast<int64_t>(top) * width : -1);
   const NeighbourValue<calc_t> below = projected_value_at<calc_t>(
       slots, bottom >= 0 ? column + static_cast<int64_t>(bottom) * width : -1);
-  // Four holes at a time: their loads are independent, so they are in flight together (a column
-  // of holes can be as long as the image is high).
-  constexpr int kBatch = 4;
-  for (int y0 = first; y0 < end; y0 += kBatch) {
-    HoleSum<calc_t> sums[kBatch];
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int k = 0; k < kBatch; ++k) {
-      sums[k] = {calc_t(0), calc_t(0), 0};
-      if (y0 + k >= end) continue;
-      const int64_t i = column + static_cast<int64_t>(y0 + k) * width;
-      sums[k].found = static_cast<int>(-count[i]);
-      slots.load_partial(i, &sums[k].x, &sums[k].y);
-    }
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int k = 0; k < kBatch; ++k) {
-      if (y0 + k >= end) continue;
-      HoleSum<calc_t>& sum = sums[k];
-      sum.add(above);
-      sum.add(below);
-      const bool any = sum.found > 0;
-      const int64_t offset = static_cast<int64_t>(y0 + k) * width;
-      out[offset] = static_cast<scalar_t>(any ? sum.x / static_cast<calc_t>(sum.found) : calc_t(0));
-      out[plane + offset] =
-          static_cast<scalar_t>(any ? sum.y / static_cast<calc_t>(sum.found) : calc_t(0));
-      count[column + offset] = -static_cast<count_t>(sum.found);
-    }
+  for (int y = first; y < end; ++y) {
+    const int64_t offset = static_cast<int64_t>(y) * width;
+    finish_hole(load_row_partial<calc_t>(slots, count, column + offset), above, below,
+                out + offset, plane, count + column + offset);
   }
 }
 
@@ -195,14 +196,14 @@ REDET_HOST_DEVICE uint32_t hole_word(const count_t* line, int64_t stride, int p0
   return holes;
 }
 
-// A position meaning "the nearest non-hole lies outside the range and is not known yet".
-constexpr int kOutsideUnknown = -2;
+// The positions [0, n) of a 32-position word (n >= 1; n > 32 counts as 32).
+REDET_HOST_DEVICE uint32_t word_range(int n) { return n >= 32 ? ~0u : (1u << n) - 1u; }
 
 // Calls on_run(first, end, before, after) for every maximal run [first, end) of holes among the
 // positions [begin, end_), in order. hole_word(p) returns a mask whose bit k says whether
 // position p + k is a hole (bits at or beyond end_ are ignored): a caller can load 32 positions
 // at once. before/after are the nearest non-holes around the run; for a run touching begin or
-// end_ they are before_begin / after_end as given (-1: none, or kOutsideUnknown). Returns the
+// end_ they are before_begin / after_end as given (-1: none). Returns the
 // last non-hole of the range (before_begin if there is none). Linear in end_ − begin.
 template <typename HoleWord, typename OnRun>
 REDET_HOST_DEVICE int for_each_hole_run(int begin, int end_, int before_begin, int after_end,
@@ -210,7 +211,7 @@ REDET_HOST_DEVICE int for_each_hole_run(int begin, int end_, int before_begin, i
   int before = before_begin, run = -1;
   for (int word = begin; word < end_; word += 32) {
     const int n = end_ - word < 32 ? end_ - word : 32;
-    const uint32_t in_range = n == 32 ? ~0u : (1u << n) - 1u;
+    const uint32_t in_range = word_range(n);
     const uint32_t holes = hole_word(word) & in_range;
     const uint32_t valid = ~holes & in_range;
     int k = 0;  // first position of the word not yet classified

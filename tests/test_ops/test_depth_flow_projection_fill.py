@@ -12,8 +12,12 @@ from tests.test_ops.test_depth_flow_projection import ours_and_reference_grads, 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 OP = torch.ops.redet.depth_flow_projection.default
-# (batch, height, width): tiny, thin, wide (> 8 warps x 32 px per row), tall (> 16 row segments)
+# (batch, height, width): tiny, thin, wide (> 8 warps x 32 px per row), tall (several row
+# segments per column, several blocks of 8 columns)
 SHAPES = [(3, 1, 1), (1, 2, 67), (2, 64, 1), (1, 33, 33), (2, 21, 700), (1, 300, 45)]
+# CUDA only: the column pass gives each thread a segment of 2 (H > 2048) or 3 (H > 4096) 32-row
+# words, which these narrow images reach cheaply
+TALL_SHAPES = [(1, 2100, 3), (2, 4200, 2)]
 T = 1.0
 
 
@@ -80,7 +84,7 @@ def test_cuda_large_holes_match_cpu_and_reference(kind, dtype, deterministic):
         # fixed-point sums are quantised relative to a worst-case bound of every target's total
         # (csrc/common/fixed_point.h), not to each value: measured up to 5e-9 of the largest value
         tol = 1e-7
-    for shape in SHAPES:
+    for shape in SHAPES + TALL_SHAPES:
         flow, depth = hole_case(kind, *shape, seed=len(kind) + shape[2], dtype=dtype)
         cpu, ref = ours_and_reference_grads(flow, depth, T, True)
         torch.use_deterministic_algorithms(deterministic)

@@ -7,11 +7,12 @@
 //     (order-independent, bitwise repeatable). The same pass flags invalid depth values;
 // (2) without hole filling one elementwise normalisation; with it the two linear sweeps of
 //     common/flow_hole_fill.h: a row pass (normalises the non-holes, left + right of the holes)
-//     and a column pass (top + bottom, the mean);
+//     and a column pass (top + bottom, the mean; short segments and per-hole work, no sweeps);
 // (3) when checking depth, one read of the flag (the only sync), and the host check only if set.
 // Backward: a gather per source pixel from the (up to four) pixels it reached, after the hole
 // filling's transpose when filling was on; no atomics, so it is deterministic.
 #include <ATen/OpMathType.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/library.h>
 
 #include <type_traits>
@@ -206,7 +207,6 @@ __global__ void normalize_kernel(Slots slots_arg, int64_t batch, int64_t plane,
 constexpr int kWarp = 32;
 constexpr unsigned kAllLanes = 0xffffffffu;
 constexpr int kRowWarps = 8;       // warps (row segments) per row
-constexpr int kColumnGroups = 16;  // row segments per column in the column pass
 
 template <typename count_t, typename Slots>
 __device__ __forceinline__ bool is_non_hole(const Slots& slots, int64_t i) {
@@ -329,61 +329,132 @@ __global__ void __launch_bounds__(kWarp * kRowWarps) fill_rows_kernel(Slots slot
 }
 
 // ---- hole filling, column pass ------------------------------------------------------------
-// One block per 32 adjacent columns (lanes: coalesced), its warps on consecutive row segments.
-// Each thread sweeps its segment 32 rows at a time (32 independent loads of count, then the runs
-// from the hole mask). Runs that touch the segment's ends wait until the neighbouring segments'
-// first/last non-holes are known (shared memory).
+// A block owns kFillColumns adjacent columns over their whole height, split into `groups` row
+// segments; thread (group g, column c) = threadIdx.x = g·kFillColumns + c. Eight 4-byte counts
+// are one 32-byte sector per row, so the reads stay sector-efficient while an image gets W/8
+// blocks (480 at 4K: more than the SMs) and each thread a segment of at most a few 32-row words
+// (the host's column_fill_layout). No loop-carried chain of loads:
+//   1. each thread loads its segment's hole masks (32 independent count loads per word) and
+//      publishes its first/last non-hole in shared memory;
+//   2. the nearest non-holes above/below its segment come from the other segments';
+//   3. each hole finds its nearest non-holes above and below by bit operations on its word's
+//      mask (or they are the ones just outside the word), and kHoleBatch holes load their partial
+//      sums and neighbours together. A non-hole costs only its count load.
+
+constexpr int kFillColumns = 8;       // columns per block
+constexpr int kMaxColumnGroups = 64;  // row segments per column
+// Holes whose loads are in flight together (fewer with 8-byte values: registers for 1024 threads/SM).
+template <typename calc_t>
+constexpr int kHoleBatch = sizeof(calc_t) == 4 ? 4 : 2;
+
+// The first non-hole of the column at or after row `from`, which must exist before `end`.
+template <typename count_t>
+__device__ __forceinline__ int first_non_hole_from(const count_t* column_count, int width, int from,
+                                                   int end) {
+  for (int y0 = from;; y0 += kWarp) {
+    const uint32_t valid = ~hole_word(column_count, width, y0, end) & word_range(end - y0);
+    if (valid != 0) return y0 + lowest_set_bit(valid);
+  }
+}
+
+// Finishes the holes of the 32-row word at y0 of one column: `holes`/`valid` are its masks,
+// top/bottom the nearest non-holes above/below the word (-1: none; bottom is only used by holes
+// after the word's last non-hole).
+template <typename scalar_t, typename count_t, typename Slots>
+__device__ __forceinline__ void fill_column_word(const Slots& slots, count_t* count, scalar_t* out_column,
+                                 int64_t plane, int64_t column, int width, int y0, uint32_t holes,
+                                 uint32_t valid, int top, int bottom) {
+  using calc_t = typename Slots::calc_type;
+  auto value_at_row = [&](int y) {
+    return projected_value_at<calc_t>(slots, y >= 0 ? column + static_cast<int64_t>(y) * width : -1);
+  };
+  constexpr int batch = kHoleBatch<calc_t>;
+  while (holes != 0) {
+    int rows[batch];
+    HoleSum<calc_t> sums[batch];
+    NeighbourValue<calc_t> above[batch], below[batch];
+#pragma unroll
+    for (int k = 0; k < batch; ++k) {  // independent loads: all in flight together
+      rows[k] = -1;
+      if (holes == 0) continue;
+      const int bit = lowest_set_bit(holes);
+      holes &= holes - 1u;
+      const uint32_t lower = valid & ((1u << bit) - 1u);
+      const uint32_t upper = valid & ~((2u << bit) - 1u);  // (2u << 31 == 0: none above bit 31)
+      rows[k] = y0 + bit;
+      sums[k] = load_row_partial<calc_t>(slots, count, column + static_cast<int64_t>(rows[k]) * width);
+      above[k] = value_at_row(lower != 0 ? y0 + highest_set_bit(lower) : top);
+      below[k] = value_at_row(upper != 0 ? y0 + lowest_set_bit(upper) : bottom);
+    }
+#pragma unroll
+    for (int k = 0; k < batch; ++k) {
+      if (rows[k] < 0) continue;
+      const int64_t offset = static_cast<int64_t>(rows[k]) * width;
+      finish_hole(sums[k], above[k], below[k], out_column + offset, plane, count + column + offset);
+    }
+  }
+}
 
 template <typename scalar_t, typename count_t, typename Slots>
-__global__ void __launch_bounds__(kWarp * kColumnGroups) fill_columns_kernel(Slots slots_arg, int64_t batch, int height, int width,
-                                    scalar_t* __restrict__ out, count_t* __restrict__ count) {
-  using calc_t = typename Slots::calc_type;
-  __shared__ int segment_first[kColumnGroups][kWarp], segment_last[kColumnGroups][kWarp];
+__global__ void __launch_bounds__(kFillColumns * kMaxColumnGroups) fill_columns_kernel(
+    Slots slots_arg, int64_t batch, int height, int width, int rows_per_group,
+    scalar_t* __restrict__ out, count_t* __restrict__ count) {
+  __shared__ int segment_first[kMaxColumnGroups][kFillColumns], segment_last[kMaxColumnGroups][kFillColumns];
   const Slots slots = slots_arg.bind();
-  const int lane = threadIdx.x % kWarp, group = threadIdx.x / kWarp, groups = blockDim.x / kWarp;
-  const int rows_per_group = (height + groups - 1) / groups;
-  const int begin = min(height, group * rows_per_group);
-  const int end = min(height, begin + rows_per_group);
-  const int strips = (width + kWarp - 1) / kWarp;
+  const int lane = threadIdx.x % kFillColumns, group = threadIdx.x / kFillColumns;
+  const int groups = blockDim.x / kFillColumns;
+  const int64_t start = static_cast<int64_t>(group) * rows_per_group;  // (int64: no overflow)
+  const int begin = start < height ? static_cast<int>(start) : height;
+  const int end = static_cast<int64_t>(begin) + rows_per_group < height ? begin + rows_per_group : height;
+  const int strips = (width + kFillColumns - 1) / kFillColumns;
   const int64_t plane = static_cast<int64_t>(height) * width;
   for (int64_t s = blockIdx.x; s < batch * strips; s += gridDim.x) {
     const int64_t b = s / strips;
-    const int x = static_cast<int>(s - b * strips) * kWarp + lane;
+    const int x = static_cast<int>(s - b * strips) * kFillColumns + lane;
+    const bool in_image = x < width;
     const int64_t column = b * plane + x;  // slot of (b, 0, x)
-    scalar_t* out_column = out + b * plane + column;
-    auto fill = [&](int first, int stop, int top, int bottom) {
-      fill_column_run<scalar_t, count_t, calc_t>(slots, count, out_column, plane, column, width,
-                                                 first, stop, top, bottom);
-    };
-    // Runs touching the segment's ends: [begin, head_end) and [tail_begin, end).
-    int head_end = -1, head_bottom = -1, tail_begin = -1, tail_top = -1, first = -1, last = -1;
-    if (x < width && begin < end) {
-      last = for_each_hole_run(
-          begin, end, kOutsideUnknown, kOutsideUnknown,
-          [&](int y0) { return hole_word(count + column, width, y0, end); },
-          [&](int run_first, int run_end, int top, int bottom) {
-            if (top == kOutsideUnknown) {
-              head_end = run_end;
-              head_bottom = bottom;
-            } else if (bottom == kOutsideUnknown) {
-              tail_begin = run_first;
-              tail_top = top;
-            } else {
-              fill(run_first, run_end, top, bottom);
-            }
-          });
-      if (last == kOutsideUnknown) last = -1;
-      first = head_end < 0 ? begin : (head_bottom == kOutsideUnknown ? -1 : head_end);
+    const count_t* column_count = count + column;
+    // 1. The segment's first and last non-hole; its first word's mask is kept for step 3.
+    int first = -1, last = -1;
+    uint32_t first_word = 0;
+    for (int y0 = begin; in_image && y0 < end; y0 += kWarp) {
+      const uint32_t holes = hole_word(column_count, width, y0, end);
+      if (y0 == begin) first_word = holes;
+      const uint32_t valid = ~holes & word_range(end - y0);
+      if (valid != 0) {
+        if (first < 0) first = y0 + lowest_set_bit(valid);
+        last = y0 + highest_set_bit(valid);
+      }
     }
     segment_first[group][lane] = first;
     segment_last[group][lane] = last;
     __syncthreads();
+    // 2. The nearest non-holes outside the segment (rows grow with the group).
     int above = -1, below = -1;
     for (int g = group - 1; g >= 0 && above < 0; --g) above = segment_last[g][lane];
     for (int g = group + 1; g < groups && below < 0; ++g) below = segment_first[g][lane];
     __syncthreads();  // shared memory is reused by the next strip
-    if (head_end >= 0) fill(begin, head_end, above, head_bottom == kOutsideUnknown ? below : head_bottom);
-    if (tail_begin >= 0) fill(tail_begin, end, tail_top, below);
+    if (!in_image) continue;
+    // 3. Word by word: `top` is the nearest non-hole above the word; the nearest one below it is
+    // searched only when a hole after the word's last non-hole needs it, and the search resumes
+    // past its last find, so every word is searched at most once.
+    scalar_t* out_column = out + b * plane + column;  // (b, 0, 0, x) of the output
+    int top = above, next_below = -1;
+    for (int y0 = begin; y0 < end; y0 += kWarp) {
+      const uint32_t in_word = word_range(end - y0);
+      const uint32_t holes = (y0 == begin ? first_word : hole_word(column_count, width, y0, end)) & in_word;
+      const uint32_t valid = ~holes & in_word;
+      if (holes != 0) {
+        const int word_end = min(end, y0 + kWarp);
+        int bottom = below;
+        if (last >= word_end && (valid == 0 || highest_set_bit(holes) > highest_set_bit(valid))) {
+          if (next_below < word_end) next_below = first_non_hole_from(column_count, width, word_end, end);
+          bottom = next_below;
+        }
+        fill_column_word(slots, count, out_column, plane, column, width, y0, holes, valid, top, bottom);
+      }
+      if (valid != 0) top = y0 + highest_set_bit(valid);
+    }
   }
 }
 
@@ -461,11 +532,26 @@ int* invalid_depth_flag(const at::Tensor& acc, int64_t pixels, bool check_depth)
 void raise_if_invalid_depth(const int* flag, const at::Tensor& depth, bool inverse_depth,
                             cudaStream_t stream) {
   if (flag == nullptr) return;
-  int host_flag = 0;
-  C10_CUDA_CHECK(cudaMemcpyAsync(&host_flag, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
-  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // Into pinned memory (from torch's cache, as .item() does): a copy into pageable memory takes
+  // the driver's slower staged path, and this wait is on the critical path of every checked call.
+  const auto host_flag = at::empty({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+  c10::cuda::memcpy_and_sync(host_flag.data_ptr<int>(), flag, sizeof(int), cudaMemcpyDeviceToHost,
+                             stream);  // (honours torch.cuda.set_sync_debug_mode)
   // Found one: let the host-side check name the first bad value.
-  if (host_flag != 0) check_depth_values(depth, inverse_depth, "depth_flow_projection");
+  if (*host_flag.data_ptr<int>() != 0) check_depth_values(depth, inverse_depth, "depth_flow_projection");
+}
+
+// Column pass: as many row segments per column as a block allows (kMaxColumnGroups), each a
+// whole number of 32-row words, as few as possible: at most 2 words up to H = 4096 (1 up to 2048).
+struct ColumnFillLayout {
+  int groups, rows_per_group;
+};
+
+ColumnFillLayout column_fill_layout(int height) {
+  const int64_t words = (static_cast<int64_t>(height) + kWarp - 1) / kWarp;
+  const int64_t rows_per_group = (words + kMaxColumnGroups - 1) / kMaxColumnGroups * kWarp;
+  return {static_cast<int>((height + rows_per_group - 1) / rows_per_group),
+          static_cast<int>(rows_per_group)};
 }
 
 // Normalisation, or the two passes of the hole filling.
@@ -486,9 +572,11 @@ void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool f
                                         kWarp * std::min(kRowWarps, chunks), 0, stream>>>(
       slots, io.batch, io.height, io.width, out, count);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  fill_columns_kernel<scalar_t, count_t><<<blocks_for(io.batch * chunks, 1),
-                                           kWarp * std::min(kColumnGroups, io.height), 0, stream>>>(
-      slots, io.batch, io.height, io.width, out, count);
+  const ColumnFillLayout columns = column_fill_layout(io.height);
+  const int strips = (io.width + kFillColumns - 1) / kFillColumns;
+  fill_columns_kernel<scalar_t, count_t><<<blocks_for(io.batch * strips, 1),
+                                           kFillColumns * columns.groups, 0, stream>>>(
+      slots, io.batch, io.height, io.width, columns.rows_per_group, out, count);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
