@@ -215,7 +215,7 @@ __device__ __forceinline__ bool is_non_hole(const Slots& slots, int64_t i) {
   return stored_count_is_positive<count_t>(c);
 }
 
-// First / last non-hole of the row segment [begin, end) (-1: none); warp-uniform.
+// First / last non-hole of the row segment [begin, end) by chunks (-1: none); warp-uniform.
 template <typename count_t, typename Slots>
 __device__ __forceinline__ int first_non_hole_in_row(const Slots& slots, int64_t row, int begin, int end, int lane) {
   for (int x0 = begin; x0 < end; x0 += kWarp) {
@@ -233,6 +233,24 @@ __device__ __forceinline__ int last_non_hole_in_row(const Slots& slots, int64_t 
     if (mask != 0) return x0 + kWarp - 1 - __clz(mask);
   }
   return -1;
+}
+
+// First and last non-hole of the row segment [begin, end) (-1: none); warp-uniform. Its first and
+// last chunks are read together: one round trip when both hold a non-hole (the usual case).
+template <typename count_t, typename Slots>
+__device__ __forceinline__ void segment_non_holes(const Slots& slots, int64_t row, int begin, int end,
+                                                  int lane, int* first, int* last) {
+  *first = *last = -1;
+  if (end <= begin) return;
+  const int tail = begin + (end - 1 - begin) / kWarp * kWarp;  // the last chunk
+  const bool head_valid = begin + lane < end && is_non_hole<count_t>(slots, row + begin + lane);
+  const bool tail_valid = tail + lane < end && is_non_hole<count_t>(slots, row + tail + lane);
+  const unsigned head = __ballot_sync(kAllLanes, head_valid), tail_mask = __ballot_sync(kAllLanes, tail_valid);
+  *first = head != 0 ? begin + __ffs(head) - 1
+                     : first_non_hole_in_row<count_t>(slots, row, begin + kWarp, end, lane);
+  if (*first < 0) return;
+  *last = tail_mask != 0 ? tail + kWarp - 1 - __clz(tail_mask)
+                         : last_non_hole_in_row<count_t>(slots, row, begin, tail, lane);
 }
 
 // The value of `lane`'s pixel, read by every lane from lane `from`.
@@ -258,14 +276,20 @@ __device__ __forceinline__ void sweep_row_segment(const Slots& slots, count_t* c
   using Value = NeighbourValue<calc_t>;
   Value carry = projected_value_at<calc_t>(slots, before >= 0 ? row + before : -1);  // left of the chunk
   int pending = -1;  // first hole of a run whose right end has not been seen yet
-  calc_t next_x = 0, next_y = 0, next_count = 0;  // the next chunk's slot, loaded one chunk ahead
+  // The slots of the next two chunks, loaded ahead (the sweep is a chain: two chunks in flight
+  // per warp while one is processed). A hole beyond the end reads as count 0.
+  calc_t next_x = 0, next_y = 0, next_count = 0, later_x = 0, later_y = 0, later_count = 0;
   if (begin + lane < end) slots.load(row + begin + lane, &next_x, &next_y, &next_count);
+  if (begin + kWarp + lane < end) slots.load(row + begin + kWarp + lane, &later_x, &later_y, &later_count);
   for (int x0 = begin; x0 < end; x0 += kWarp) {
     const int x = x0 + lane;
     const auto p = project_slot<count_t>(next_x, next_y, next_count);
-    next_count = 0;  // (a hole beyond the end)
+    next_x = later_x;
+    next_y = later_y;
+    next_count = later_count;
+    later_count = 0;
     // Safe to load early: this iteration writes only pixels before x0 + kWarp.
-    if (x + kWarp < end) slots.load(row + x + kWarp, &next_x, &next_y, &next_count);
+    if (x + 2 * kWarp < end) slots.load(row + x + 2 * kWarp, &later_x, &later_y, &later_count);
     if (p.valid) {
       out[x] = static_cast<scalar_t>(p.x);
       out[plane + x] = static_cast<scalar_t>(p.y);
@@ -313,8 +337,8 @@ __global__ void __launch_bounds__(kWarp * kRowWarps) fill_rows_kernel(Slots slot
     scalar_t* out_row = out + (r / height) * plane + row;  // (b, 0, y, 0) of the output
     int before = -1, after = -1;
     if (warps > 1) {  // the non-holes around this warp's segment
-      const int first = first_non_hole_in_row<count_t>(slots, row, begin, end, lane);
-      const int last = first < 0 ? -1 : last_non_hole_in_row<count_t>(slots, row, begin, end, lane);
+      int first, last;
+      segment_non_holes<count_t>(slots, row, begin, end, lane, &first, &last);
       if (lane == 0) {
         segment_first[warp] = first;
         segment_last[warp] = last;
