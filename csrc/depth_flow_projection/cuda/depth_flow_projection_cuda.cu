@@ -1,5 +1,6 @@
 // Depth-aware flow projection on CUDA.
-// Forward, three or four launches and at most one host synchronisation:
+// Forward, three or four launches (plus one 4-byte copy when checking depth) and at most one host
+// synchronisation:
 // (0) one memset zeroes the accumulators (sum_x, sum_y, count, -) and the invalid-depth flag;
 // (1) scatter every source pixel into them: one 16-byte float4 atomic per target on sm_90 (DAIN
 //     issues three scalar ones), and neighbouring lanes that hit the same pixels merge their
@@ -8,7 +9,9 @@
 // (2) without hole filling one elementwise normalisation; with it the two linear sweeps of
 //     common/flow_hole_fill.h: a row pass (normalises the non-holes, left + right of the holes)
 //     and a column pass (top + bottom, the mean; short segments and per-hole work, no sweeps);
-// (3) when checking depth, one read of the flag (the only sync), and the host check only if set.
+// (3) when checking depth, the flag is copied to pinned memory right after (1); once (2) is
+//     enqueued the host waits for that copy only (the only sync, overlapping (2)) and runs the
+//     host check only if the flag is set.
 // Backward: a gather per source pixel from the (up to four) pixels it reached, after the hole
 // filling's transpose when filling was on; no atomics, so it is deterministic.
 #include <ATen/OpMathType.h>
@@ -552,18 +555,50 @@ int* invalid_depth_flag(const at::Tensor& acc, int64_t pixels, bool check_depth)
   return reinterpret_cast<int*>(static_cast<char*>(acc.data_ptr()) + pixels * 4 * acc.element_size());
 }
 
-// The call's one host synchronisation (only when checking): after all kernels, so it waits once.
-void raise_if_invalid_depth(const int* flag, const at::Tensor& depth, bool inverse_depth,
-                            cudaStream_t stream) {
-  if (flag == nullptr) return;
-  // Into pinned memory (from torch's cache, as .item() does): a copy into pageable memory takes
-  // the driver's slower staged path, and this wait is on the critical path of every checked call.
-  const auto host_flag = at::empty({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
-  c10::cuda::memcpy_and_sync(host_flag.data_ptr<int>(), flag, sizeof(int), cudaMemcpyDeviceToHost,
-                             stream);  // (honours torch.cuda.set_sync_debug_mode)
-  // Found one: let the host-side check name the first bad value.
-  if (*host_flag.data_ptr<int>() != 0) check_depth_values(depth, inverse_depth, "depth_flow_projection");
-}
+// The depth check's read-back (checked calls only): the scatter sets the flag on an invalid depth
+// value; start() copies it into pinned memory right after the scatter and marks the copy with an
+// event, and raise_if_set() - called once the fill passes are enqueued - waits for that event
+// only. So the call's one synchronisation waits for the scatter while the GPU runs on with the
+// fill, instead of the GPU idling while the host wakes up and returns; and pinned memory (from
+// torch's cache, as .item() uses) avoids the driver's slower staged copy into pageable memory.
+class DepthFlagReadback {
+ public:
+  explicit DepthFlagReadback(const int* flag) : flag_(flag) {}
+  DepthFlagReadback(const DepthFlagReadback&) = delete;
+  DepthFlagReadback& operator=(const DepthFlagReadback&) = delete;
+  ~DepthFlagReadback() {
+    if (copied_ == nullptr) return;
+    if (!waited_) cudaEventSynchronize(copied_);  // (an error path: the copy must not outlive host_)
+    cudaEventDestroy(copied_);
+  }
+
+  void start(cudaStream_t stream) {
+    if (flag_ == nullptr) return;
+    host_ = at::empty({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+    C10_CUDA_CHECK(cudaMemcpyAsync(host_.data_ptr<int>(), flag_, sizeof(int),
+                                   cudaMemcpyDeviceToHost, stream));
+    C10_CUDA_CHECK(cudaEventRecord(copied_, stream));
+  }
+
+  // The call's one host synchronisation; on a set flag the host-side check names the first bad
+  // value.
+  void raise_if_set(const at::Tensor& depth, bool inverse_depth) {
+    if (copied_ == nullptr) return;
+    if (c10::cuda::warning_state().get_sync_debug_mode() != c10::cuda::SyncDebugMode::L_DISABLED) {
+      c10::cuda::warn_or_error_on_sync();  // (honours torch.cuda.set_sync_debug_mode)
+    }
+    C10_CUDA_CHECK(cudaEventSynchronize(copied_));
+    waited_ = true;
+    if (*host_.data_ptr<int>() != 0) check_depth_values(depth, inverse_depth, "depth_flow_projection");
+  }
+
+ private:
+  const int* flag_;
+  at::Tensor host_;
+  cudaEvent_t copied_ = nullptr;
+  bool waited_ = false;
+};
 
 // Column pass: as many row segments per column as a block allows (kMaxColumnGroups), each a
 // whole number of 32-row words, as few as possible: at most 2 words up to H = 4096 (1 up to 2048).
@@ -621,6 +656,7 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
   const auto acc_type = deterministic ? at::kLong : flow_projection_acc_type(flow.scalar_type());
   const auto acc = zeroed_accumulators(n, flow.options().dtype(acc_type), stream);
   int* invalid_depth = invalid_depth_flag(acc, n, check_depth);
+  DepthFlagReadback depth_flag(invalid_depth);
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -629,6 +665,7 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
           flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), io.batch, io.height, io.width,
           static_cast<acc_t>(t), inverse_depth, accumulator, invalid_depth);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
+      depth_flag.start(stream);
     };
     if (deterministic) {
       const auto bound = fixed_point_bounds(flow, depth, t, inverse_depth);
@@ -644,7 +681,7 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
       launch_finalize<scalar_t, acc_t>(FloatSlots{acc.data_ptr<float>()}, io, fill_holes, stream);
     }
   });
-  raise_if_invalid_depth(invalid_depth, depth, inverse_depth, stream);
+  depth_flag.raise_if_set(depth, inverse_depth);
   return {io.output, io.count};
 }
 
