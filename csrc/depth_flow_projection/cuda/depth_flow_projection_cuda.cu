@@ -370,7 +370,8 @@ __global__ void __launch_bounds__(kWarp * kRowWarps) fill_rows_kernel(Slots slot
 
 constexpr int kFillColumns = 8;       // columns per block
 constexpr int kMaxColumnGroups = 64;  // row segments per column
-// Holes whose loads are in flight together (fewer with 8-byte values: registers for 1024 threads/SM).
+// Holes whose loads are in flight together (float: 86 registers, no spills; 8-byte values need
+// twice the registers per hole, so fewer).
 template <typename calc_t>
 constexpr int kHoleBatch = sizeof(calc_t) == 4 ? 4 : 2;
 
