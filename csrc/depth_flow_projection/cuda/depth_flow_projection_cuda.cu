@@ -211,6 +211,12 @@ constexpr int kWarp = 32;
 constexpr unsigned kAllLanes = 0xffffffffu;
 constexpr int kRowWarps = 8;       // warps (row segments) per row
 
+// Row-pass blocks that must fit on one SM: the sweep is a chain of loads, so resident warps are
+// what keeps memory busy. With float sums 5 blocks (48 registers) compile without spills, where
+// ptxas alone took 64 (4 blocks); 6 would spill. 8-byte sums spill at 4 already: no minimum.
+template <typename calc_t>
+constexpr int kRowBlocksPerSM = sizeof(calc_t) == 4 ? 5 : 1;
+
 template <typename count_t, typename Slots>
 __device__ __forceinline__ bool is_non_hole(const Slots& slots, int64_t i) {
   typename Slots::calc_type sx, sy, c;
@@ -326,7 +332,7 @@ __device__ __forceinline__ void sweep_row_segment(const Slots& slots, count_t* c
 }
 
 template <typename scalar_t, typename count_t, typename Slots>
-__global__ void __launch_bounds__(kWarp * kRowWarps) fill_rows_kernel(Slots slots_arg, int64_t batch, int height, int width,
+__global__ void __launch_bounds__(kWarp * kRowWarps, kRowBlocksPerSM<typename Slots::calc_type>) fill_rows_kernel(Slots slots_arg, int64_t batch, int height, int width,
                                  scalar_t* __restrict__ out, count_t* __restrict__ count) {
   __shared__ int segment_first[kRowWarps], segment_last[kRowWarps];
   const Slots slots = slots_arg.bind();
