@@ -643,7 +643,8 @@ def test_cuda_multilevel_matches_cpu_with_mixed_layouts(dtype, nO, fields):
 # through the raw backward ops. CUDA sums by float atomics in any order and rounds once to the
 # dtype; the CPU sums in order and rounds once: float16 / bfloat16 may differ by an ulp of the sum.
 BACKWARD_RTOL = {**ORDER_RTOL, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
-BACKWARD_CHUNK_CASES = [(5, 4), (11, 6), (3, 16), (40, 1), (4, 8), (1, 40)]  # (fields, nO); nO = 40: older kernel
+# (fields, nO) as CHUNK_CASES; nO = 40 runs the older (nO > 32) kernel
+BACKWARD_CHUNK_CASES = [(5, 4), (11, 6), (3, 16), (40, 1), (4, 8), (1, 40)]
 
 
 def raw_backward(grad, rois, x_shape, scale=0.5, num_samples=2, nO=8, clockwise=False,
