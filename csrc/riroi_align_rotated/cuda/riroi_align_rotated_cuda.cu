@@ -76,10 +76,11 @@ __device__ __forceinline__ bool roi_level_and_image(const scalar_t* roi, const i
 }
 
 // ------------------------------------------ forward ------------------------------------------
-// Blocks of 8 warps (4 for double, whose tiles are twice as large): each warp's ChannelTile and
-// shared taps stay under the 48 KB of static shared memory per block (float 45 KB, double 41 KB).
+// Blocks of the channels-last forward and backward: 8 warps (4 for double, whose tiles are twice as
+// large), so that each warp's ChannelTile and shared taps stay under the 48 KB of static shared
+// memory per block (float 45 KB, double 41 KB).
 template <typename scalar_t>
-constexpr int forward_warps_per_block() {
+constexpr int channels_last_warps_per_block() {
   return sizeof(scalar_t) == 8 ? 4 : 8;
 }
 
@@ -197,14 +198,14 @@ __device__ __forceinline__ void compute_shared_taps(const RiRoIGeometry<acc_t>& 
 // kGrid: 2 when num_samples == 2 (fixed grid, taps shared through shared memory), 0 for any other
 // (or adaptive) grid, where every lane walks the samples itself.
 template <typename scalar_t, int kGrid>
-__global__ void __launch_bounds__(kWarp * forward_warps_per_block<scalar_t>(), 3)
+__global__ void __launch_bounds__(kWarp * channels_last_warps_per_block<scalar_t>(), 3)
 forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> levels,
                              const scalar_t* __restrict__ rois,
                              const int64_t* __restrict__ roi_levels, int64_t num_rois,
                              int channels, int batch_size, KernelOptions opt,
                              scalar_t* __restrict__ output) {
   using acc_t = at::opmath_type<scalar_t>;
-  constexpr int kWarps = forward_warps_per_block<scalar_t>();
+  constexpr int kWarps = channels_last_warps_per_block<scalar_t>();
   constexpr int kSamples = kGrid * kGrid;
   // raw bytes: c10::Half / BFloat16 have constructors, which __shared__ arrays may not have
   __shared__ __align__(16) unsigned char tile_memory[kWarps * ChannelTile<scalar_t>::elements() *
@@ -405,7 +406,7 @@ __device__ __forceinline__ void shared_taps_bin_scatter(const SharedTaps<acc_t>*
 // chunk's adjacent channels of one pixel of the channels-last scratch [level][n][pixel][C].
 // kGrid as in the forward (2: the taps of 8 bins shared through shared memory; 0: any grid).
 template <typename scalar_t, bool kFixedPoint, int kGrid>
-__global__ void __launch_bounds__(kWarp * forward_warps_per_block<scalar_t>(), 3)
+__global__ void __launch_bounds__(kWarp * channels_last_warps_per_block<scalar_t>(), 3)
 backward_channels_last_kernel(const scalar_t* __restrict__ grad,
                               const scalar_t* __restrict__ rois,
                               const int64_t* __restrict__ roi_levels, int64_t num_rois,
@@ -415,7 +416,7 @@ backward_channels_last_kernel(const scalar_t* __restrict__ grad,
                               const double* __restrict__ bound) {
   using acc_t = at::opmath_type<scalar_t>;
   using scratch_t = ScratchType<scalar_t, kFixedPoint>;
-  constexpr int kWarps = forward_warps_per_block<scalar_t>();
+  constexpr int kWarps = channels_last_warps_per_block<scalar_t>();
   constexpr int kSamples = kGrid * kGrid;
   __shared__ __align__(16) unsigned char tile_memory[kWarps * ChannelTile<scalar_t>::elements() *
                                                      sizeof(scalar_t)];
@@ -572,7 +573,7 @@ void launch_forward_channels_last(const FeatureLevels<scalar_t, at::opmath_type<
                                   const scalar_t* rois, const int64_t* roi_levels,
                                   int64_t num_rois, int channels, int batch_size,
                                   const KernelOptions& opt, scalar_t* out, cudaStream_t stream) {
-  constexpr int threads = kWarp * forward_warps_per_block<scalar_t>();
+  constexpr int threads = kWarp * channels_last_warps_per_block<scalar_t>();
   const int lanes = chunk_lanes(opt.num_orientations);
   const int64_t warps = num_rois * ((channels + lanes - 1) / lanes);
   const int blocks = blocks_for(warps * kWarp, threads);
@@ -625,7 +626,7 @@ struct BackwardLaunch {
   template <bool kFixedPoint>
   void scatter_channels_last(ScratchType<scalar_t, kFixedPoint>* scratch,
                              const double* bound) const {
-    constexpr int threads = kWarp * forward_warps_per_block<scalar_t>();
+    constexpr int threads = kWarp * channels_last_warps_per_block<scalar_t>();
     const int lanes = chunk_lanes(opt.num_orientations);
     const int64_t warps = num_rois * ((channels + lanes - 1) / lanes);
     const int blocks = blocks_for(warps * kWarp, threads);
