@@ -731,10 +731,11 @@ def test_cuda_deterministic_multilevel_backward_is_bitwise_repeatable():
 
 @CUDA
 def test_cuda_backward_with_more_warps_than_the_grid():
-    """K * chunks beyond the grid's warps: the grid-stride loop covers every (RoI, chunk)."""
+    """K * chunks beyond the grid's warps (32 blocks of 8 warps per SM: 33792 on an H200): the
+    grid-stride loop covers every (RoI, chunk)."""
     g = torch.Generator().manual_seed(35)
-    rois = random_rois(4500, 2, 16, 0.5, g, torch.float32)
-    grad = torch.randn(4500, 256, 2, 2, generator=g)
+    rois = random_rois(6000, 2, 16, 0.5, g, torch.float32)  # 48000 (RoI, chunk) items
+    grad = torch.randn(6000, 256, 2, 2, generator=g)
     expected = raw_backward(grad, rois, (2, 256, 16, 16), nO=8)
     got = raw_backward(grad.cuda(), rois.cuda(), (2, 256, 16, 16), nO=8)
     assert_backward_close(got, expected, torch.float32)
