@@ -43,20 +43,18 @@ def run_single(dtype, batch, height, width, rois, nO, fields, num_samples, layou
 BACKWARD_GRIDS = [((2, (7, 7)), (0, (5, 7))), ((2, (5, 7)), (1, (7, 7)))]
 
 
-def run_backward(dtype, batch, height, width, rois, nO, fields, grids):
-    """The raw backward op, fast and deterministic, for each (num_samples, output size)."""
+def run_backward(dtype, batch, height, width, rois, nO, fields, grids, deterministic):
+    """The raw backward op for each (num_samples, output size)."""
     boxes = torch.tensor(rois, device="cuda", dtype=dtype).reshape(-1, 6)
     channels = fields * nO
-    for deterministic in (False, True):
-        torch.use_deterministic_algorithms(deterministic)
-        try:
-            for num_samples, output_size in grids:
-                grad = torch.randn(boxes.shape[0], channels, *output_size, device="cuda",
-                                   dtype=dtype)
-                torch.ops.redet._riroi_align_rotated_backward(
-                    grad, boxes, 0.5, num_samples, nO, True, False, batch, channels, height, width)
-        finally:
-            torch.use_deterministic_algorithms(False)
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        for num_samples, output_size in grids:
+            grad = torch.randn(boxes.shape[0], channels, *output_size, device="cuda", dtype=dtype)
+            torch.ops.redet._riroi_align_rotated_backward(
+                grad, boxes, 0.5, num_samples, nO, True, False, batch, channels, height, width)
+    finally:
+        torch.use_deterministic_algorithms(False)
 
 
 def run_multilevel(dtype):
@@ -86,8 +84,10 @@ def run():
                 run_single(dtype, batch, height, width, rois, nO, fields,
                            num_samples=(2, 0)[variant % 2], layout=layouts[(variant // 2) % 2],
                            deterministic=bool(s % 2))
+                # five consecutive variants per orientation case: every (grids, mode) pair
                 run_backward(dtype, batch, height, width, rois, nO, fields,
-                             BACKWARD_GRIDS[variant % 2])
+                             grids=BACKWARD_GRIDS[variant % 2],
+                             deterministic=bool((variant // 2) % 2))
         run_multilevel(dtype)
     torch.cuda.synchronize()
     print("sanitize_riroi_align_rotated: done")
