@@ -1,7 +1,9 @@
 """Small RiRoIAlignRotated runs for compute-sanitizer (memcheck, racecheck): every CUDA kernel on
 edge cases. Forward: the channels-last kernel (fixed 2 x 2 grid and any grid; NCHW and
 channels-last input; chunks that fill a warp, leave lanes idle, or end part-way) and the NCHW
-kernel of nO > 32; fast and deterministic backward; multi-level with mixed layouts.
+kernel of nO > 32; fast and deterministic backward: the channels-last scatter (both grids, grad
+tiles of 32 bins with a partial last tile, idle lanes) with its channels-last -> NCHW conversion,
+and the older scatter of nO > 32; multi-level with mixed layouts.
 Usage: compute-sanitizer --tool memcheck python benchmarks/sanitize_riroi_align_rotated.py
        compute-sanitizer --tool racecheck python benchmarks/sanitize_riroi_align_rotated.py"""
 import math
@@ -36,6 +38,25 @@ def run_single(dtype, batch, height, width, rois, nO, fields, num_samples, layou
         torch.use_deterministic_algorithms(False)
 
 
+# (num_samples, output size) pairs: both kernel grids; 49 and 35 bins load grad_output in a full
+# and a partial tile of 32 bins (17 bins: passes of 8 bins that end with one bin).
+BACKWARD_GRIDS = [((2, (7, 7)), (0, (5, 7))), ((2, (5, 7)), (1, (7, 7)))]
+
+
+def run_backward(dtype, batch, height, width, rois, nO, fields, grids, deterministic):
+    """The raw backward op for each (num_samples, output size)."""
+    boxes = torch.tensor(rois, device="cuda", dtype=dtype).reshape(-1, 6)
+    channels = fields * nO
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        for num_samples, output_size in grids:
+            grad = torch.randn(boxes.shape[0], channels, *output_size, device="cuda", dtype=dtype)
+            torch.ops.redet._riroi_align_rotated_backward(
+                grad, boxes, 0.5, num_samples, nO, True, False, batch, channels, height, width)
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
 def run_multilevel(dtype):
     features = [torch.randn(2, 16, s, s, device="cuda", dtype=dtype) for s in (12, 6, 3, 1)]
     features[0] = features[0].contiguous(memory_format=torch.channels_last)  # mixed layouts
@@ -43,7 +64,7 @@ def run_multilevel(dtype):
     rois = torch.tensor([[0, 10., 10, 8, 4, 0.2], [1, 20, 5, 16, 16, 1.0],
                          [1, -3, 40, 40, 8, -1.0]], device="cuda", dtype=dtype)
     levels = torch.tensor([0, 1, 3], device="cuda")  # level 2 has no RoI
-    for deterministic, num_samples in ((False, 2), (True, 0)):
+    for deterministic, num_samples in ((False, 2), (True, 0), (False, 0), (True, 2)):
         torch.use_deterministic_algorithms(deterministic)
         try:
             out = riroi_align_rotated_multilevel(features, rois, levels,
@@ -63,6 +84,10 @@ def run():
                 run_single(dtype, batch, height, width, rois, nO, fields,
                            num_samples=(2, 0)[variant % 2], layout=layouts[(variant // 2) % 2],
                            deterministic=bool(s % 2))
+                # five consecutive variants per orientation case: every (grids, mode) pair
+                run_backward(dtype, batch, height, width, rois, nO, fields,
+                             grids=BACKWARD_GRIDS[variant % 2],
+                             deterministic=bool((variant // 2) % 2))
         run_multilevel(dtype)
     torch.cuda.synchronize()
     print("sanitize_riroi_align_rotated: done")

@@ -48,6 +48,18 @@ __global__ void fixed_point_to_scalar_kernel(const long long* __restrict__ fixed
   }
 }
 
+// Converter of fixed-point accumulators for channels_last_to_nchw (common/cuda/channels_last.cuh):
+// the scale is derived on the device from `bound` (no host sync), once per thread in prepare().
+template <typename out_t>
+struct FixedPointTo {
+  const double* bound;
+  double scale = 1.0;
+  __device__ void prepare() { scale = fixed_point_scale(*bound); }
+  __device__ out_t operator()(long long value) const {
+    return static_cast<out_t>(from_fixed_point(value, scale));
+  }
+};
+
 // Writes fixed (int64) accumulators into `out` (same number of elements, contiguous).
 inline void fixed_point_to_tensor(const at::Tensor& fixed, const at::Tensor& bound,
                                   at::Tensor& out) {

@@ -1,5 +1,6 @@
 """RiRoIAlignRotated against the plain reference (tests/test_ops/_reference.py): spatial rules of
 mmcv / ReDet, continuous orientation interpolation by default, the peer's with legacy_orientation."""
+import contextlib
 import math
 
 import pytest
@@ -379,6 +380,22 @@ def test_the_raw_op_checks_its_arguments(args, message):
         torch.ops.redet.riroi_align_rotated(torch.randn(1, 16, 8, 8), torch.zeros(1, 6), *args)
 
 
+@pytest.mark.parametrize("sizes, message", [
+    ((1, 16, 0, 5), r"at least 1 x 1 .* got height 0 and width 5 at level 0"),
+    ((1, 16, 4, -2), r"at least 1 x 1 .* got height 4 and width -2 at level 0"),
+    ((-1, 16, 4, 4), "batch_size must be >= 0, got -1"),
+])
+def test_the_raw_backward_ops_check_the_input_sizes(sizes, message):
+    grad, rois = torch.ones(1, 16, 2, 2), torch.tensor([[0, 0.0, 0, 4, 4, 0]])
+    with pytest.raises(RuntimeError, match=message):  # an empty map once crashed the kernels
+        torch.ops.redet._riroi_align_rotated_backward(grad, rois, 1.0, 2, 8, False, False, *sizes)
+    batch, channels, height, width = sizes
+    with pytest.raises(RuntimeError, match=message):
+        torch.ops.redet._riroi_align_rotated_multilevel_backward(
+            grad, rois, torch.zeros(1, dtype=torch.long), [1.0, 0.5], 2, 8, False, False, batch,
+            channels, [height, 3], [width, 3])
+
+
 def test_bad_input_tensor_is_named():
     with pytest.raises(RuntimeError, match=r"input must be a 4-D"):
         call(torch.randn(16, 8, 8), torch.zeros(1, 6))
@@ -635,3 +652,128 @@ def test_cuda_multilevel_matches_cpu_with_mixed_layouts(dtype, nO, fields):
                                              num_samples, nO, True)
         torch.testing.assert_close(got.cpu().double(), expected.double(), rtol=ORDER_RTOL[dtype],
                                    atol=CUDA_FORWARD_ATOL[dtype])
+
+
+# ------------------ CUDA channels-last backward: chunks, levels, determinism, edges ------------------
+# The backward scatter (warp per (RoI, channel chunk), lane = channel) against the CPU kernel, called
+# through the raw backward ops. CUDA sums by float atomics in any order and rounds once to the
+# dtype; the CPU sums in order and rounds once: float16 / bfloat16 may differ by an ulp of the sum.
+BACKWARD_RTOL = {**ORDER_RTOL, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+# (fields, nO) as CHUNK_CASES; nO = 40 runs the older (nO > 32) kernel
+BACKWARD_CHUNK_CASES = [(5, 4), (11, 6), (3, 16), (40, 1), (4, 8), (1, 40)]
+
+
+def raw_backward(grad, rois, x_shape, scale=0.5, num_samples=2, nO=8, clockwise=False,
+                 legacy=False):
+    n, c, h, w = x_shape
+    return torch.ops.redet._riroi_align_rotated_backward(grad, rois, scale, num_samples, nO,
+                                                         clockwise, legacy, n, c, h, w)
+
+
+def assert_backward_close(got, expected, dtype):
+    torch.testing.assert_close(got.cpu().double(), expected.double(), rtol=BACKWARD_RTOL[dtype],
+                               atol=BACKWARD_ATOL[dtype])
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fields, nO", BACKWARD_CHUNK_CASES)
+def test_cuda_backward_chunks_match_cpu(dtype, fields, nO):
+    x, rois = make_case(30, dtype, nO=nO, fields=fields, h=9, w=12, k=20)
+    g = torch.Generator().manual_seed(31)
+    for deterministic in (False, True):
+        for clockwise, legacy, num_samples, output_size in CUDA_OPTION_CASES:
+            grad = torch.randn(20, fields * nO, *output_size, generator=g, dtype=torch.float64).to(dtype)
+            args = (x.shape, 0.5, num_samples, nO, clockwise, legacy)
+            expected = raw_backward(grad, rois, *args)
+            with deterministic_mode() if deterministic else contextlib.nullcontext():
+                got = raw_backward(grad.cuda(), rois.cuda(), *args)
+            assert got.shape == x.shape and got.dtype == dtype and got.is_contiguous()
+            assert_backward_close(got, expected, dtype)
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("nO, fields", [(4, 5), (6, 11), (8, 4), (40, 1)])
+def test_cuda_multilevel_backward_matches_cpu(dtype, nO, fields):
+    """Levels of different sizes (one 1 x 1, one without RoIs) in one scratch buffer."""
+    g = torch.Generator().manual_seed(32)
+    heights, widths, scales = [24, 12, 6, 1], [20, 10, 5, 1], [1 / 4, 1 / 8, 1 / 16, 1 / 32]
+    rois = random_rois(40, 2, 24, 1 / 4, g, dtype)
+    levels = torch.tensor([0, 1, 3] * 13 + [0])  # level 2 gets no RoI
+    for num_samples, deterministic in ((2, False), (0, True), (2, True), (3, False)):
+        grad = torch.randn(40, fields * nO, 7, 7, generator=g, dtype=torch.float64).to(dtype)
+        args = (scales, num_samples, nO, True, False, 2, fields * nO, heights, widths)
+        expected = torch.ops.redet._riroi_align_rotated_multilevel_backward(grad, rois, levels, *args)
+        with deterministic_mode() if deterministic else contextlib.nullcontext():
+            got = torch.ops.redet._riroi_align_rotated_multilevel_backward(
+                grad.cuda(), rois.cuda(), levels.cuda(), *args)
+        for level, (a, b) in enumerate(zip(got, expected)):
+            assert a.shape == b.shape == (2, fields * nO, heights[level], widths[level])
+            assert_backward_close(a, b, dtype)
+        assert torch.equal(got[2], torch.zeros_like(got[2]))
+        assert got[3].abs().sum() > 0  # the 1 x 1 level did receive gradient
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fields, nO", [(11, 6), (3, 16), (40, 1), (1, 40)])
+def test_cuda_deterministic_backward_chunks_are_bitwise_repeatable(dtype, fields, nO):
+    x, rois = make_case(33, dtype, nO=nO, fields=fields, h=20, w=24, k=200)
+    rois = rois.cuda()
+    grad = torch.randn(200, fields * nO, 7, 7, device="cuda").to(dtype)
+    for num_samples in (2, 0):
+        with deterministic_mode():
+            runs = [raw_backward(grad, rois, x.shape, num_samples=num_samples, nO=nO)
+                    for _ in range(3)]
+        assert all(torch.equal(runs[0], r) for r in runs[1:])
+        fast = raw_backward(grad, rois, x.shape, num_samples=num_samples, nO=nO)
+        assert_backward_close(runs[0], fast.cpu(), dtype)
+
+
+@CUDA
+def test_cuda_deterministic_multilevel_backward_is_bitwise_repeatable():
+    g = torch.Generator().manual_seed(34)
+    rois = random_rois(300, 2, 32, 1 / 4, g, torch.float32).cuda()
+    levels = torch.randint(0, 3, (300,), generator=g).cuda()
+    grad = torch.randn(300, 64, 7, 7, generator=g).cuda()
+    args = ([1 / 4, 1 / 8, 1 / 16], 2, 8, True, False, 2, 64, [32, 16, 8], [32, 16, 8])
+    with deterministic_mode():
+        runs = [torch.ops.redet._riroi_align_rotated_multilevel_backward(grad, rois, levels, *args)
+                for _ in range(3)]
+    for run in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], run))
+
+
+@CUDA
+def test_cuda_backward_with_more_warps_than_the_grid():
+    """K * chunks beyond the grid's warps (32 blocks of 8 warps per SM: 33792 on an H200): the
+    grid-stride loop covers every (RoI, chunk)."""
+    g = torch.Generator().manual_seed(35)
+    rois = random_rois(6000, 2, 16, 0.5, g, torch.float32)  # 48000 (RoI, chunk) items
+    grad = torch.randn(6000, 256, 2, 2, generator=g)
+    expected = raw_backward(grad, rois, (2, 256, 16, 16), nO=8)
+    got = raw_backward(grad.cuda(), rois.cuda(), (2, 256, 16, 16), nO=8)
+    assert_backward_close(got, expected, torch.float32)
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_backward_edge_cases(dtype):
+    """K = 0 and off-map RoIs give zero gradients; 1 x 1 maps take every tap on their pixel."""
+    grad = torch.randn(2, 20, 3, 4, dtype=torch.float64).to(dtype)
+    off_map = torch.tensor([[0, 100., 100, 8, 8, 0.4], [1, -60, 3, 10, 4, -2.0]], dtype=dtype)
+    on_tiny = torch.tensor([[0, 0.5, 0.5, 3, 2, 0.7], [1, 2, 1, 40, 40, 3.0]], dtype=dtype)
+    for deterministic in (False, True):
+        with deterministic_mode() if deterministic else contextlib.nullcontext():
+            for num_samples in (2, 0):
+                empty = raw_backward(grad[:0].cuda(), off_map[:0].cuda(), (2, 20, 6, 7),
+                                     num_samples=num_samples, nO=4)
+                assert torch.equal(empty, torch.zeros_like(empty))
+                off = raw_backward(grad.cuda(), off_map.cuda(), (2, 20, 6, 7),
+                                   num_samples=num_samples, nO=4)
+                assert torch.equal(off, torch.zeros_like(off))
+                tiny = raw_backward(grad.cuda(), on_tiny.cuda(), (2, 20, 1, 1),
+                                    num_samples=num_samples, nO=4)
+                expected = raw_backward(grad, on_tiny, (2, 20, 1, 1), num_samples=num_samples, nO=4)
+                assert_backward_close(tiny, expected, dtype)

@@ -2,7 +2,9 @@
 // words of a (N, H, W, C) feature map (one coalesced request) at every sample point. Their outputs
 // are (K, C, bins) with bins contiguous, so a lane's results are `bins` words apart: the warp
 // collects a tile of up to 32 channels x kBins bins in shared memory and stores it in the output's
-// own order (adjacent words per request instead of 32 scattered ones).
+// own order (adjacent words per request instead of 32 scattered ones). The backward scatters read
+// their grad_output the same way in reverse: load() a tile in the array's order, get() a lane's
+// channel.
 #pragma once
 #include <cstdint>
 
@@ -28,6 +30,7 @@ struct ChannelTile {
       : cell(reinterpret_cast<scalar_t (*)[kRow]>(warp_memory)) {}
 
   __device__ void put(int lane, int bin_in_tile, scalar_t value) { cell[lane][bin_in_tile] = value; }
+  __device__ scalar_t get(int lane, int bin_in_tile) const { return cell[lane][bin_in_tile]; }
 
   // Stores the tile: out points at output[k][first channel][first bin of the tile]; `channels`
   // rows of `bins` valid bins, rows `channel_stride` words apart. Call from all lanes of the warp.
@@ -50,6 +53,28 @@ struct ChannelTile {
       }
     }
     __syncwarp();  // the tile is reused for the next bins
+  }
+
+  // The inverse of store(): fills the tile from in[c * channel_stride + b] (c < channels,
+  // b < bins), the lanes walking the array in its own order (adjacent words per request). Call
+  // from all lanes of the warp; get() may follow at once.
+  __device__ void load(const scalar_t* __restrict__ in, int channels, int bins,
+                       int64_t channel_stride, int lane) {
+    __syncwarp();  // the previous tile's readers are done
+    if (bins > 0) {
+      int c = lane / bins, b = lane - c * bins;
+      const int dc = kWarp / bins, db = kWarp - dc * bins;
+      while (c < channels) {
+        cell[c][b] = in[c * channel_stride + b];
+        c += dc;
+        b += db;
+        if (b >= bins) {
+          b -= bins;
+          ++c;
+        }
+      }
+    }
+    __syncwarp();
   }
 };
 
