@@ -3,10 +3,9 @@
 // Forward (nO <= 32): a channels-last gather. The features are read as (N, H, W, C) (the host
 // passes each level through to_channels_last, common/cuda/channels_last.cuh: free when the caller
 // already passes channels-last, one tiled transpose otherwise), so the C channels of a pixel are
-// adjacent words. One warp handles one
-// (RoI, channel chunk); a chunk is `lanes = (32 / nO) * nO` consecutive channels, i.e. whole
-// orientation groups (nO = 8: 32 lanes = 4 groups; nO = 6: 30 lanes), and lane i owns channel
-// chunk_start + i. All lanes share the RoI's sample points, so every bilinear tap is one
+// adjacent words. One warp handles one (RoI, channel chunk); a chunk is
+// `lanes = (32 / nO) * nO` consecutive channels, i.e. whole orientation groups (nO = 8: 32 lanes
+// = 4 groups; nO = 6: 30 lanes), and lane i owns channel chunk_start + i. All lanes share the RoI's sample points, so every bilinear tap is one
 // coalesced request: 32 adjacent channels of one pixel. (On NCHW maps one thread per bin makes
 // the 32 lanes of a warp read 32 different bins: ~32 sectors per request, 4 useful bytes each.)
 // With num_samples == 2 the lanes compute the taps of 8 bins at once (one sample each) and share
