@@ -680,8 +680,11 @@ def raw_backward(grad, rois, x_shape, scale=0.5, num_samples=2, nO=8, clockwise=
 
 
 def assert_backward_close(got, expected, dtype):
+    # float atomics sum in another order than the CPU loop; on a 1 x 1 level hundreds of terms of
+    # size ~1 cancel, and fp32 differed by 1.06e-5 there on an H200: allow 5e-5
+    atol = 5e-5 if dtype == torch.float32 else BACKWARD_ATOL[dtype]
     torch.testing.assert_close(got.cpu().double(), expected.double(), rtol=BACKWARD_RTOL[dtype],
-                               atol=BACKWARD_ATOL[dtype])
+                               atol=atol)
 
 
 @CUDA
