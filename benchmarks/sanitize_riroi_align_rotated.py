@@ -74,7 +74,34 @@ def run_multilevel(dtype):
             torch.use_deterministic_algorithms(False)
 
 
+def run_rejected_rois():
+    """Bad rows reach the forward kernels (the CUDA check is read back after them): they must skip
+    NaN / inf values and bad batch or level indices without reading out of bounds."""
+    for nO in (8, 40):  # the channels-last kernel and the NCHW one
+        x = torch.randn(2, nO, 6, 7, device="cuda")
+        for column, value in ((0, 7.0), (0, float("nan")), (1, float("nan")), (3, float("inf")),
+                              (5, float("inf"))):
+            rois = torch.tensor([[0, 3., 3, 4, 2, 0.5]] * 3, device="cuda")
+            rois[1, column] = value
+            try:
+                riroi_align_rotated(x, rois, (2, 2), 0.5, 0, nO)
+            except RuntimeError:
+                pass
+            else:
+                raise AssertionError(f"rois[1, {column}] = {value} was not rejected")
+    features = [torch.randn(2, 16, s, s, device="cuda") for s in (8, 4)]
+    rois = torch.tensor([[0, 3., 3, 4, 2, 0.5], [1, 3, 3, 4, 2, 0.5]], device="cuda")
+    try:
+        riroi_align_rotated_multilevel(features, rois, torch.tensor([1, 9], device="cuda"),
+                                       [0.5, 0.25], (2, 2), 0, 8)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("level 9 was not rejected")
+
+
 def run():
+    run_rejected_rois()
     layouts = (torch.contiguous_format, torch.channels_last)
     for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16]:
         for s, (batch, height, width, rois) in enumerate(SPATIAL_CASES):

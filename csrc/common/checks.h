@@ -14,16 +14,35 @@ inline void check_feature_map(const at::Tensor& input, const char* op) {
               ": input must be float16, bfloat16, float32 or float64, got ", input.scalar_type());
 }
 
-// First RoI rows that break the rules (-1 when none): a NaN/inf value, or a batch index that is not
-// an integer in [0, num_images). One pass on the rois' own device and a single small copy back.
+// First RoI rows that break the rules (-1 when none): a NaN/inf value, a batch index that is not
+// an integer in [0, num_images), a level index (multi-level ops) outside [0, num_levels).
 struct BadRois {
   int64_t non_finite_row = -1;
   int64_t bad_index_row = -1;
+  int64_t bad_level_row = -1;
 };
 
-inline BadRois find_bad_rois_cpu(const at::Tensor& rois, int64_t num_images) {
+// rois: (K, ncols) with column 0 the batch index, on input's device and of its dtype. Only the
+// layout: the values are checked by find_bad_rois_cpu here, or on the GPU by
+// common/cuda/roi_checks.cuh, both reported by raise_if_bad_rois.
+inline void check_rois_layout(const at::Tensor& rois, const at::Tensor& input, int64_t ncols,
+                              const char* layout, const char* op) {
+  TORCH_CHECK(rois.dim() == 2 && rois.size(1) == ncols, op, ": rois must have shape (K, ", ncols,
+              ") = ", layout, ", got ", rois.sizes());
+  TORCH_CHECK(rois.device() == input.device(), op, ": rois must be on the same device as input (",
+              input.device(), "), got ", rois.device());
+  TORCH_CHECK(rois.scalar_type() == input.scalar_type(), op,
+              ": rois must have the same dtype as input (", input.scalar_type(), "), got ",
+              rois.scalar_type());
+}
+
+// levels undefined: a single-level op.
+inline BadRois find_bad_rois_cpu(const at::Tensor& rois, int64_t num_images,
+                                 const at::Tensor& levels = at::Tensor(), int64_t num_levels = 0) {
   const auto r = rois.to(at::kDouble).contiguous();
   const double* p = r.data_ptr<double>();
+  const auto l = levels.defined() ? levels.contiguous() : levels;
+  const int64_t* level = l.defined() ? l.data_ptr<int64_t>() : nullptr;
   BadRois bad;
   for (int64_t k = 0; k < r.size(0); ++k) {
     const double* row = p + k * r.size(1);
@@ -32,36 +51,29 @@ inline BadRois find_bad_rois_cpu(const at::Tensor& rois, int64_t num_images) {
     if (!finite && bad.non_finite_row < 0) bad.non_finite_row = k;
     const bool index_ok = row[0] == std::floor(row[0]) && row[0] >= 0 && row[0] < num_images;
     if (finite && !index_ok && bad.bad_index_row < 0) bad.bad_index_row = k;
+    const bool level_ok = level == nullptr || (level[k] >= 0 && level[k] < num_levels);
+    if (!level_ok && bad.bad_level_row < 0) bad.bad_level_row = k;
   }
   return bad;
 }
 
-#ifdef REDET_WITH_CUDA
-BadRois find_bad_rois_cuda(const at::Tensor& rois, int64_t num_images);  // common/cuda/roi_checks.cu
-#endif
-
-// rois: (K, ncols) with column 0 the batch index, an integer in [0, num_images).
-inline void check_rois(const at::Tensor& rois, const at::Tensor& input, int64_t ncols,
-                       const char* layout, const char* op) {
-  TORCH_CHECK(rois.dim() == 2 && rois.size(1) == ncols, op, ": rois must have shape (K, ", ncols,
-              ") = ", layout, ", got ", rois.sizes());
-  TORCH_CHECK(rois.device() == input.device(), op, ": rois must be on the same device as input (",
-              input.device(), "), got ", rois.device());
-  TORCH_CHECK(rois.scalar_type() == input.scalar_type(), op,
-              ": rois must have the same dtype as input (", input.scalar_type(), "), got ",
-              rois.scalar_type());
-  if (rois.size(0) == 0) return;
-  BadRois bad;
-#ifdef REDET_WITH_CUDA
-  bad = rois.is_cuda() ? find_bad_rois_cuda(rois, input.size(0)) : find_bad_rois_cpu(rois, input.size(0));
-#else
-  bad = find_bad_rois_cpu(rois, input.size(0));
-#endif
+inline void raise_if_bad_rois(const BadRois& bad, const at::Tensor& rois, int64_t num_images,
+                              const at::Tensor& levels, int64_t num_levels, const char* op) {
   TORCH_CHECK(bad.non_finite_row < 0, op, ": rois contain NaN or infinite values (row ",
               bad.non_finite_row, ")");
   TORCH_CHECK(bad.bad_index_row < 0, op, ": rois[:, 0] must hold integer batch indices in [0, ",
-              input.size(0), ") (input has ", input.size(0), " images); row ", bad.bad_index_row,
+              num_images, ") (input has ", num_images, " images); row ", bad.bad_index_row,
               " has ", bad.bad_index_row < 0 ? 0.0 : rois[bad.bad_index_row][0].item<double>());
+  TORCH_CHECK(bad.bad_level_row < 0, op, ": levels must be in [0, ", num_levels, "); row ",
+              bad.bad_level_row, " has ",
+              bad.bad_level_row < 0 ? 0 : levels[bad.bad_level_row].item<int64_t>());
+}
+
+// The CPU backends' check of the values of rois (and levels).
+inline void check_roi_values_cpu(const at::Tensor& rois, int64_t num_images, const char* op,
+                                 const at::Tensor& levels = at::Tensor(), int64_t num_levels = 0) {
+  raise_if_bad_rois(find_bad_rois_cpu(rois, num_images, levels, num_levels), rois, num_images,
+                    levels, num_levels, op);
 }
 
 // The size of a map a backward op allocates (its gradient): an empty map would put border-clamped

@@ -63,21 +63,15 @@ inline void check_spatial_scales(at::ArrayRef<double> scales, size_t num_levels,
   for (double s : scales) check_positive(s, "spatial_scale", op);
 }
 
-// levels: (K,) int64 level index of each RoI, in [0, num_levels).
-inline void check_roi_levels(const at::Tensor& levels, const at::Tensor& rois, size_t num_levels,
-                             const char* op) {
+// levels: (K,) int64 level index of each RoI; its values, in [0, num_levels), are checked with the
+// rois' (check_riroi_roi_values, or the CUDA backend's DeferredRoiCheck).
+inline void check_roi_levels(const at::Tensor& levels, const at::Tensor& rois, const char* op) {
   TORCH_CHECK(levels.dim() == 1 && levels.size(0) == rois.size(0), op,
               ": levels must have shape (K,) = (", rois.size(0), ",), got ", levels.sizes());
   TORCH_CHECK(levels.scalar_type() == at::kLong, op, ": levels must be int64, got ",
               levels.scalar_type());
   TORCH_CHECK(levels.device() == rois.device(), op, ": levels must be on the device of rois (",
               rois.device(), "), got ", levels.device());
-  if (levels.numel() == 0) return;
-  const auto bad = levels.lt(0).logical_or(levels.ge(static_cast<int64_t>(num_levels)));
-  if (!bad.any().item<bool>()) return;
-  const int64_t row = bad.nonzero().select(1, 0)[0].item<int64_t>();
-  TORCH_CHECK(false, op, ": levels must be in [0, ", num_levels, "); row ", row, " has ",
-              levels[row].item<int64_t>());
 }
 
 inline void check_riroi_grad(const at::Tensor& grad, const at::Tensor& rois, int64_t channels,
@@ -95,15 +89,16 @@ inline void check_riroi_grad(const at::Tensor& grad, const at::Tensor& rois, int
               ") must be a multiple of num_orientations (", o.num_orientations, ")");
 }
 
-// Forward entry checks (both backends). levels may be undefined (single level).
+// Forward entry checks (both backends) but for the values of rois and levels. levels may be
+// undefined (single level).
 inline void check_riroi_forward(at::TensorList features, const at::Tensor& rois,
                                 const at::Tensor& levels, at::ArrayRef<double> scales,
                                 const RiRoIOptions& o, const char* name, const char* op) {
   check_riroi_options(o, op);
   check_riroi_features(features, o.num_orientations, name, op);
-  check_rois(rois, features[0], 6, "(batch_index, cx, cy, w, h, theta)", op);
+  check_rois_layout(rois, features[0], 6, "(batch_index, cx, cy, w, h, theta)", op);
   check_spatial_scales(scales, features.size(), op);
-  if (levels.defined()) check_roi_levels(levels, rois, features.size(), op);
+  if (levels.defined()) check_roi_levels(levels, rois, op);
 }
 
 template <typename scalar_t, typename acc_t>

@@ -8,7 +8,7 @@ inline void check_roi_pool_forward(const at::Tensor& input, const at::Tensor& ro
                                    int64_t pooled_h, int64_t pooled_w, double spatial_scale) {
   constexpr const char* op = "roi_pool";
   check_feature_map(input, op);
-  check_rois(rois, input, 5, "(batch_index, x1, y1, x2, y2)", op);
+  check_rois_layout(rois, input, 5, "(batch_index, x1, y1, x2, y2)", op);  // values: by backend
   check_output_size(pooled_h, pooled_w, op);
   check_positive(spatial_scale, "spatial_scale", op);
 }

@@ -544,6 +544,30 @@ def test_cuda_errors_are_named():
 
 
 @CUDA
+@pytest.mark.parametrize("bad_value, message", [
+    (float("nan"), r"NaN or infinite values \(row 2\)"),
+    (float("inf"), r"NaN or infinite values \(row 2\)"),  # adaptive grid: must not loop ~2^31 times
+])
+def test_cuda_bad_rois_raise_after_the_kernels_ran(bad_value, message):
+    # The CUDA check is read back after the kernels are enqueued: they must skip the bad row safely
+    # (no illegal access, no hang), the error must name it, and the device must stay usable.
+    x = torch.randn(2, 16, 8, 8, device="cuda")
+    rois = torch.tensor([[0.0, 4, 4, 3, 2, 0.3]] * 4, device="cuda")
+    for column in (1, 3, 5):
+        bad = rois.clone()
+        bad[2, column] = bad_value
+        with pytest.raises(RuntimeError, match=message):
+            call(x, bad, num_samples=0)
+    features, level_rois, levels, scales = _levels_case(18)
+    features = [f.cuda() for f in features]
+    with pytest.raises(RuntimeError, match=r"levels must be in \[0, 4\); row 0 has 7"):
+        riroi_align_rotated_multilevel(features, level_rois.cuda(), torch.full_like(levels, 7).cuda(),
+                                       scales, 2)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(call(x, rois).cpu(), call(x.cpu(), rois.cpu()), rtol=1e-4, atol=1e-5)
+
+
+@CUDA
 @pytest.mark.parametrize("clockwise", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_cuda_legacy_orientation_equals_mmcv(clockwise, dtype):

@@ -15,11 +15,11 @@
 // Backward: a gather per source pixel from the (up to four) pixels it reached, after the hole
 // filling's transpose when filling was on; no atomics, so it is deterministic.
 #include <ATen/OpMathType.h>
-#include <c10/cuda/CUDAFunctions.h>
 #include <torch/library.h>
 
 #include <type_traits>
 
+#include "common/cuda/async_readback.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/flow_hole_fill.h"
 #include "common/flow_projection.h"
@@ -562,51 +562,6 @@ int* invalid_depth_flag(const at::Tensor& acc, int64_t pixels, bool check_depth)
   return reinterpret_cast<int*>(static_cast<char*>(acc.data_ptr()) + pixels * 4 * acc.element_size());
 }
 
-// The depth check's read-back (checked calls only): the scatter sets the flag on an invalid depth
-// value; start() copies it into pinned memory right after the scatter and marks the copy with an
-// event, and raise_if_set() - called once the fill passes are enqueued - waits for that event
-// only. So the call's one synchronisation waits for the scatter while the GPU runs on with the
-// fill, instead of the GPU idling while the host wakes up and returns; and pinned memory (from
-// torch's cache, as .item() uses) avoids the driver's slower staged copy into pageable memory.
-class DepthFlagReadback {
- public:
-  explicit DepthFlagReadback(const int* flag) : flag_(flag) {}
-  DepthFlagReadback(const DepthFlagReadback&) = delete;
-  DepthFlagReadback& operator=(const DepthFlagReadback&) = delete;
-  ~DepthFlagReadback() {
-    if (copied_ == nullptr) return;
-    if (!waited_) cudaEventSynchronize(copied_);  // (an error path: the copy must not outlive host_)
-    cudaEventDestroy(copied_);
-  }
-
-  void start(cudaStream_t stream) {
-    if (flag_ == nullptr) return;
-    host_ = at::empty({1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
-    C10_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
-    C10_CUDA_CHECK(cudaMemcpyAsync(host_.data_ptr<int>(), flag_, sizeof(int),
-                                   cudaMemcpyDeviceToHost, stream));
-    C10_CUDA_CHECK(cudaEventRecord(copied_, stream));
-  }
-
-  // The call's one host synchronisation; on a set flag the host-side check names the first bad
-  // value.
-  void raise_if_set(const at::Tensor& depth, bool inverse_depth) {
-    if (copied_ == nullptr) return;
-    if (c10::cuda::warning_state().get_sync_debug_mode() != c10::cuda::SyncDebugMode::L_DISABLED) {
-      c10::cuda::warn_or_error_on_sync();  // (honours torch.cuda.set_sync_debug_mode)
-    }
-    C10_CUDA_CHECK(cudaEventSynchronize(copied_));
-    waited_ = true;
-    if (*host_.data_ptr<int>() != 0) check_depth_values(depth, inverse_depth, "depth_flow_projection");
-  }
-
- private:
-  const int* flag_;
-  at::Tensor host_;
-  cudaEvent_t copied_ = nullptr;
-  bool waited_ = false;
-};
-
 // Column pass: as many row segments per column as a block allows (kMaxColumnGroups), each a
 // whole number of 32-row words, as few as possible: at most 2 words up to H = 4096 (1 up to 2048).
 struct ColumnFillLayout {
@@ -663,7 +618,7 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
   const auto acc_type = deterministic ? at::kLong : flow_projection_acc_type(flow.scalar_type());
   const auto acc = zeroed_accumulators(n, flow.options().dtype(acc_type), stream);
   int* invalid_depth = invalid_depth_flag(acc, n, check_depth);
-  DepthFlagReadback depth_flag(invalid_depth);
+  AsyncReadback depth_flag;  // (checked calls only) waited for once the fill is enqueued
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -672,7 +627,7 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
           flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), io.batch, io.height, io.width,
           static_cast<acc_t>(t), inverse_depth, accumulator, invalid_depth);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      depth_flag.start(stream);
+      if (invalid_depth != nullptr) depth_flag.start(invalid_depth, sizeof(int), stream);
     };
     if (deterministic) {
       const auto bound = fixed_point_bounds(flow, depth, t, inverse_depth);
@@ -688,7 +643,9 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
       launch_finalize<scalar_t, acc_t>(FloatSlots{acc.data_ptr<float>()}, io, fill_holes, stream);
     }
   });
-  depth_flag.raise_if_set(depth, inverse_depth);
+  if (depth_flag.started() && *static_cast<const int*>(depth_flag.wait()) != 0) {
+    check_depth_values(depth, inverse_depth, op);  // names the first bad value
+  }
   return {io.output, io.count};
 }
 

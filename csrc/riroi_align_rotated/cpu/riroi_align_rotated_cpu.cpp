@@ -137,6 +137,7 @@ at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
                           const at::Tensor& levels_, at::ArrayRef<double> scales,
                           const RiRoIOptions& opt, const char* name, const char* op) {
   check_riroi_forward(features_, rois_, levels_, scales, opt, name, op);
+  check_roi_values_cpu(rois_, features_[0].size(0), op, levels_, features_.size());
   const auto features = contiguous_all(features_);
   const auto rois = rois_.contiguous();
   const auto levels = levels_.defined() ? levels_.contiguous() : levels_;

@@ -44,6 +44,7 @@
 
 #include "common/cuda/channel_tile.cuh"
 #include "common/cuda/channels_last.cuh"
+#include "common/cuda/roi_checks.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/riroi_geometry.h"
 #include "riroi_align_rotated/riroi_align_rotated.h"
@@ -62,7 +63,9 @@ KernelOptions kernel_options(const RiRoIOptions& o) {
           static_cast<int>(o.num_orientations), o.clockwise, o.legacy_orientation};
 }
 
-// Level and image of RoI k; false for indices the host checks rejected (a guard, not a path).
+// Level and image of RoI k; false for RoIs the op's check rejects (DeferredRoiCheck, whose error
+// comes after the kernels ran): a bad level or batch index, a NaN/inf value (an infinite size would
+// ask the adaptive sampling grid for ~2^31 samples).
 template <typename scalar_t>
 __device__ __forceinline__ bool roi_level_and_image(const scalar_t* roi, const int64_t* roi_levels,
                                                     int64_t k, int num_levels, int batch_size,
@@ -70,6 +73,9 @@ __device__ __forceinline__ bool roi_level_and_image(const scalar_t* roi, const i
   const int64_t l = roi_levels ? roi_levels[k] : 0;
   const float n = static_cast<float>(roi[0]);
   if (l < 0 || l >= num_levels || !(n >= 0.f && n < static_cast<float>(batch_size))) return false;
+  for (int j = 1; j < 6; ++j) {
+    if (!isfinite(static_cast<float>(roi[j]))) return false;
+  }
   *level = static_cast<int>(l);
   *image = static_cast<int>(n);
   return true;
@@ -649,6 +655,7 @@ at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
                           const RiRoIOptions& opt, const char* name, const char* op) {
   check_riroi_forward(features_, rois_, levels_, scales, opt, name, op);
   c10::cuda::CUDAGuard guard(features_[0].device());
+  DeferredRoiCheck roi_check(rois_, features_[0].size(0), levels_, features_.size());
   // nO <= 32: the channels-last gather; a wider group does not fit a warp (NCHW kernel).
   const bool channels_last = opt.num_orientations <= kWarp;
   std::vector<at::Tensor> features;
@@ -659,7 +666,10 @@ at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
   const int batch_size = static_cast<int>(features[0].size(0));
   // (K, C, out_h, out_w) contiguous whatever the features' layout
   auto output = at::empty({num_rois, channels, opt.out_h, opt.out_w}, features[0].options());
-  if (output.numel() == 0) return output;
+  if (output.numel() == 0) {
+    roi_check.raise_if_bad(op);
+    return output;
+  }
   TORCH_CHECK(channels < (int64_t(1) << 31), op, ": ", name, " has too many channels (", channels,
               "), expected < 2^31");
   const auto kopt = kernel_options(opt);
@@ -681,6 +691,7 @@ at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  roi_check.raise_if_bad(op);  // waits for the check only; the kernels above run on
   return output;
 }
 

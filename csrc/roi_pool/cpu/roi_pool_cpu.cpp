@@ -14,6 +14,7 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cpu(const at::Tensor& input_
                                                         double spatial_scale, int64_t pooled_h,
                                                         int64_t pooled_w) {
   check_roi_pool_forward(input_, rois_, pooled_h, pooled_w, spatial_scale);
+  check_roi_values_cpu(rois_, input_.size(0), "roi_pool");
   const auto input = input_.contiguous();
   const auto rois = rois_.contiguous();
   const int64_t num_rois = rois.size(0), channels = input.size(1);

@@ -29,6 +29,7 @@
 
 #include "common/cuda/channel_tile.cuh"
 #include "common/cuda/channels_last.cuh"
+#include "common/cuda/roi_checks.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/roi_pool_geometry.h"
 #include "roi_pool/roi_pool.h"
@@ -159,6 +160,8 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input
                                                          int64_t pooled_w) {
   check_roi_pool_forward(input_, rois_, pooled_h, pooled_w, spatial_scale);
   c10::cuda::CUDAGuard guard(input_.device());
+  // before the kernel, which trusts the batch indices
+  DeferredRoiCheck(rois_, input_.size(0)).raise_if_bad("roi_pool");
   // (N, H, W, C) memory: no copy when the caller's input is already channels-last.
   const auto input = to_channels_last(input_);
   const auto rois = rois_.contiguous();

@@ -44,6 +44,7 @@ class RotatedSingleRoIExtractor(BaseRoIExtractor):
         if not float(finest_scale) > 0:
             raise ValueError(f"finest_scale: expected a positive number, got {finest_scale!r}")
         self.finest_scale = float(finest_scale)
+        self._thresholds = {}
         self.fused_kernel = fused_kernel_for(self.roi_layers[0])
         if fused and self.fused_kernel is None:
             raise ValueError(f"fused=True: {type(self.roi_layers[0]).__name__} has no multi-level "
@@ -64,9 +65,16 @@ class RotatedSingleRoIExtractor(BaseRoIExtractor):
         if w.element_size() < 4:  # fp16 w*h overflows beyond sqrt(65504) = 256 px
             w, h = w.float(), h.float()
         area = w * h
-        thresholds = [(self.finest_scale * (2.0 ** level - 1e-6)) ** 2
-                      for level in range(1, num_levels)]
-        return torch.bucketize(area, area.new_tensor(thresholds), right=True)
+        return torch.bucketize(area, self._level_thresholds(num_levels, area), right=True)
+
+    def _level_thresholds(self, num_levels: int, area: Tensor) -> Tensor:
+        # Kept per (levels, device, dtype): building them from a list each call is a blocking
+        # host-to-device copy, a host synchronisation in every forward.
+        key = (num_levels, area.device, area.dtype)
+        if key not in self._thresholds:
+            self._thresholds[key] = area.new_tensor(
+                [(self.finest_scale * (2.0 ** level - 1e-6)) ** 2 for level in range(1, num_levels)])
+        return self._thresholds[key]
 
     def roi_rescale(self, rois: Tensor, scale_factor: Union[float, Tuple[float, float]]) -> Tensor:
         """Scales w and h about the centre; a number, or (h_scale, w_scale) as in mmrotate."""
@@ -77,8 +85,10 @@ class RotatedSingleRoIExtractor(BaseRoIExtractor):
             h_scale, w_scale = scale_factor
         else:
             h_scale = w_scale = scale_factor
-        scale = rois.new_tensor([1, 1, 1, float(w_scale), float(h_scale), 1])
-        return rois * scale
+        scaled = rois.clone()  # (no new_tensor: a host-to-device copy would synchronise)
+        scaled[:, 3] *= float(w_scale)
+        scaled[:, 4] *= float(h_scale)
+        return scaled
 
     def forward(self, feats: Sequence[Tensor], rois: Tensor,
                 roi_scale_factor: Optional[Union[float, Tuple[float, float]]] = None) -> Tensor:
