@@ -6,6 +6,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+#include <type_traits>
+
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -45,17 +48,25 @@ struct LanePair<c10::BFloat16> {
   }
 };
 
-// The pair form of bin_max_strided (common/roi_pool_geometry.h), for the 2 channels in the words
-// lane_base[i * pixel_stride], pixel i = h * width + w. Same scan order (row-major, batches of 8
-// loads in flight, padding past the last pixel -inf, which never wins), same rule per channel
-// (start at -FLT_MAX, strict >, so the first max wins and NaN never does; empty bin -> value 0,
-// index -1), compares in float like the CPU kernel: each channel's value and index are those of the
-// scalar function. index_t: int when every offset into the map fits (an address is then one
-// multiply and one multiply-add), else int64_t.
-template <typename scalar_t, typename index_t>
+// a * b as a 64-bit product of two 32-bit ints: one multiply-add into an address (plain C++ 64-bit
+// arithmetic on the promoted operands compiled to a 64 x 64-bit multiply, 4 instructions more).
+__device__ __forceinline__ int64_t wide_product(int a, int b) {
+  int64_t product;
+  asm("mul.wide.s32 %0, %1, %2;" : "=l"(product) : "r"(a), "r"(b));
+  return product;
+}
+
+// The pair form of bin_max_strided (common/roi_pool_geometry.h), for the 2 channels in the word
+// at byte i * pixel_bytes from lane_base, pixel i = h * width + w (pixel_bytes = C * element size).
+// Same scan order (row-major, batches of 8 loads in flight, padding past the last pixel -inf,
+// which never wins), same rule per channel (start at -FLT_MAX, strict >, so the first max wins and
+// NaN never does; empty bin -> value 0, index -1), compares in float like the CPU kernel: each
+// channel's value and index are those of the scalar function. Addresses are 64-bit products of
+// 32-bit ints: any map size, one multiply-add each.
+template <typename scalar_t>
 __device__ __forceinline__ void bin_max_lane_pair(
-    const typename LanePair<scalar_t>::Word* __restrict__ lane_base, int width,
-    index_t pixel_stride, const PoolBin& b, float (&value)[2], int (&index)[2]) {
+    const typename LanePair<scalar_t>::Word* __restrict__ lane_base, int width, int pixel_bytes,
+    const PoolBin& b, float (&value)[2], int (&index)[2]) {
   using Pair = LanePair<scalar_t>;
   constexpr int kBatch = 8;
   const bool empty = b.empty();
@@ -65,16 +76,20 @@ __device__ __forceinline__ void bin_max_lane_pair(
   }
   if (empty) return;
   const int bin_w = b.w_end - b.w_start;
-  const int count = (b.h_end - b.h_start) * bin_w;
-  int next = b.h_start * width + b.w_start;  // flat index of the next pixel
-  int column = 0;                            // its offset in the bin's row
-  for (int left = count; left > 0; left -= kBatch) {  // left: pixels not yet loaded
+  int next = b.h_start * width + b.w_start;   // flat index of the next pixel
+  int column = 0;                             // its offset in the bin's row
+  int left = (b.h_end - b.h_start) * bin_w;   // pixels not yet loaded
+  // One batch: kBatch loads, then the compares in scan order. A full batch needs no padding (no
+  // per-pixel test); only the last, partial one pads.
+  const auto batch = [&](auto full) {
     typename Pair::Word v[kBatch];
     int at[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       at[u] = next;
-      v[u] = u < left ? lane_base[static_cast<index_t>(next) * pixel_stride] : Pair::padding();
+      const auto* word = reinterpret_cast<const typename Pair::Word*>(
+          reinterpret_cast<const char*>(lane_base) + wide_product(next, pixel_bytes));
+      v[u] = decltype(full)::value || u < left ? *word : Pair::padding();
       if (++column == bin_w) {
         column = 0;
         next += width - bin_w + 1;
@@ -93,7 +108,9 @@ __device__ __forceinline__ void bin_max_lane_pair(
         }
       }
     }
-  }
+  };
+  for (; left >= kBatch; left -= kBatch) batch(std::true_type{});
+  if (left > 0) batch(std::false_type{});
 }
 
 }  // namespace redet

@@ -6,19 +6,19 @@
 // one coalesced request. So the kernel takes the input channels-last (no copy when the caller's
 // input already is; otherwise one tiled transpose, common/cuda/channels_last.cuh) and gives each
 // warp one unit of work:
-//   (chunk of 32 * L consecutive channels, RoI k, bin row ph, group of up to kTileBins bins of the row);
+//   (chunk of 32 L consecutive channels, RoI k, bin row ph, group of up to kTileBins bins of a row);
 // lane i owns the L channels chunk * 32 L + i L ... + L - 1 (lanes past C load nothing).
 // L (kLaneChannels), the rule (lane_channels_for below):
 //   L = 2 (vector path, roi_pool/cuda/lane_pair.cuh) for float, half and bfloat16 when C is even
-//     and the input's data pointer is aligned to 2 elements: then every lane's pair starts at an even
-//     element offset (pixel * C + even channel), one aligned 32-bit (16-bit types) or 64-bit (fp32)
-//     load, and a warp request covers 64 channels (128 / 256 B) instead of 32 (64 / 128 B);
+//     and the input's data pointer is aligned to 2 elements: then every lane's pair starts at an
+//     even element offset (pixel * C + even channel), one aligned 32-bit (16-bit types) or 64-bit
+//     (fp32) load, and a warp request covers 64 channels (128 / 256 B) instead of 32 (64 / 128 B);
 //   L = 1 (scalar path, bin_max_strided) otherwise: double (a 32-lane request is already 256 B),
 //     odd C (a pair's offset would alternate between even and odd pixel by pixel), a misaligned
 //     data pointer (a channels-last view with an odd storage offset).
-// A bin's rectangle depends only on (k, ph, pw), so it is the same for all lanes: no divergence, and
-// the scan order and tie rule are those of the CPU kernel (common/roi_pool_geometry.h), so output
-// and argmax are identical on both paths.
+// A bin's rectangle depends only on (k, ph, pw), so it is the same for all lanes: no divergence,
+// and the scan order and tie rule are those of the CPU kernel (common/roi_pool_geometry.h), so
+// output and argmax are identical on both paths.
 // - A warp pools one bin row, not a whole RoI: a 64x64-pixel RoI would keep one warp busy for 4000+
 //   loads while small RoIs finish early; many smaller units keep every SM busy to the end.
 // - Units run chunk-major (every RoI on channels 0-63, then 64-127, ...): the warps in flight then
@@ -28,6 +28,9 @@
 // - Results go to the (K, C, ph, pw) output through a ChannelTile (common/cuda/channel_tile.cuh) of
 //   32 L channel rows: a lane's bins are contiguous in the output, so the warp stores whole row
 //   pieces, not scattered words. Output and argmax stay (K, C, ph, pw) contiguous.
+// Per pixel of a full batch of 8 (sm_90 SASS): the scalar path 17 instructions for one channel,
+// the vector path 15 for 2 16-bit channels, 13 for 2 fp32 ones (the address, scan step and padding
+// are shared; what is left per channel is the conversion, compare and 2 selects).
 // Measured on an H200 with L = 1 everywhere (benchmarks/results/roi_pool_h200.json): fp32 0.483 ms
 // on channels-last input, 0.555 with the transpose, torchvision 0.511; fp16 0.728 ms, slower than
 // the kernel this replaced (one thread per output bin on the NCHW map: fp32 0.576, fp16 0.556) -
@@ -79,10 +82,22 @@ __device__ __forceinline__ PoolUnit pool_unit(int64_t unit, int64_t num_rois, in
   return u;
 }
 
+// Blocks of the vector path an SM must hold at once (the __launch_bounds__ minimum; 0: no bound),
+// which caps its registers: unbounded, it takes 58 for fp32 and 40 for 16-bit types. 16-bit pairs:
+// 6 blocks (40 registers, 48 warps an SM, as the scalar path has). fp32 pairs: 4 (58 registers,
+// 32 warps, each with 8 x 256 B in flight); at 5 (48 registers) they spill 12 bytes. The scalar
+// path keeps its unbounded 40 registers (48 for double with int64 offsets).
+template <typename scalar_t, int kLaneChannels>
+constexpr int min_blocks_per_sm() {
+  return kLaneChannels == 1 ? 0 : (sizeof(scalar_t) == 2 ? 6 : 4);
+}
+
 // kLaneChannels: channels a lane owns (1: scalar path, 2: vector path; rule: lane_channels_for).
-// index_t: int when every offset into the input fits (an address is then one multiply-add).
+// index_t (scalar path): int when every offset into the input fits (an address is then one
+// multiply-add).
 template <typename scalar_t, typename index_t, int kLaneChannels>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
+__global__ void
+__launch_bounds__(kWarpsPerBlock * kWarp, min_blocks_per_sm<scalar_t, kLaneChannels>())
 roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) memory
                         const scalar_t* __restrict__ rois, int64_t num_rois, int channels,
                         int height, int width, int pooled_h, int pooled_w,
@@ -135,9 +150,9 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
         index[0] = index[1] = -1;
         if (active) {
           using Word = typename LanePair<scalar_t>::Word;
-          bin_max_lane_pair<scalar_t, index_t>(reinterpret_cast<const Word*>(input + origin),
-                                               width, static_cast<index_t>(channels / 2), b, value,
-                                               index);
+          bin_max_lane_pair<scalar_t>(reinterpret_cast<const Word*>(input + origin), width,
+                                      channels * static_cast<int>(sizeof(scalar_t)), b, value,
+                                      index);
         }
       }
 #pragma unroll
@@ -239,7 +254,7 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input
     // double has no vector path (lane_channels_for gives 1): no kernel is instantiated for it
     using Pair = std::integral_constant<int, std::is_same_v<scalar_t, double> ? 1 : 2>;
     if (lane_channels == 2) {
-      int_offsets ? launch(int{}, Pair{}) : launch(int64_t{}, Pair{});
+      launch(int{}, Pair{});  // index_t unused: the vector path's addresses are 64-bit products
     } else {
       int_offsets ? launch(int{}, One{}) : launch(int64_t{}, One{});
     }
