@@ -6,7 +6,7 @@
 // one coalesced request. So the kernel takes the input channels-last (no copy when the caller's
 // input already is; otherwise one tiled transpose, common/cuda/channels_last.cuh) and gives each
 // warp one unit of work:
-//   (chunk of 32 L consecutive channels, RoI k, bin row ph, group of up to kTileBins bins of a row);
+//   (chunk of 32 L consecutive channels, RoI k, bin row ph, up to kTileBins bins of the row);
 // lane i owns the L channels chunk * 32 L + i L ... + L - 1 (lanes past C load nothing).
 // L (kLaneChannels), the rule (lane_channels_for below):
 //   L = 2 (vector path, roi_pool/cuda/lane_pair.cuh) for float, half and bfloat16 when C is even
