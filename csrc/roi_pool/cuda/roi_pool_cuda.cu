@@ -82,14 +82,15 @@ __device__ __forceinline__ PoolUnit pool_unit(int64_t unit, int64_t num_rois, in
   return u;
 }
 
-// Blocks of the vector path an SM must hold at once (the __launch_bounds__ minimum; 0: no bound),
-// which caps its registers: unbounded, it takes 58 for fp32 and 40 for 16-bit types. 16-bit pairs:
-// 6 blocks (40 registers, 48 warps an SM, as the scalar path has). fp32 pairs: 4 (58 registers,
-// 32 warps, each with 8 x 256 B in flight); at 5 (48 registers) they spill 12 bytes. The scalar
-// path keeps its unbounded 40 registers (48 for double with int64 offsets).
-template <typename scalar_t, int kLaneChannels>
+// Blocks an SM must hold at once (the __launch_bounds__ minimum), which caps the registers: 6
+// blocks = 40 registers (48 warps an SM), 5 = 48 (40 warps), 4 = 64 (32 warps). Left to itself
+// ptxas picks 40 to 72 depending on the variant, some with spills. 6 for 16-bit pairs and the
+// scalar path with int offsets; 5 for double (spills at 40); 4 for fp32 pairs (8 x 256 B in
+// flight per warp; they spill at 48) and for the int64 variants (huge maps only).
+template <typename scalar_t, typename index_t, int kLaneChannels>
 constexpr int min_blocks_per_sm() {
-  return kLaneChannels == 1 ? 0 : (sizeof(scalar_t) == 2 ? 6 : 4);
+  if (sizeof(index_t) == 8 || (kLaneChannels == 2 && sizeof(scalar_t) == 4)) return 4;
+  return sizeof(scalar_t) == 8 ? 5 : 6;
 }
 
 // kLaneChannels: channels a lane owns (1: scalar path, 2: vector path; rule: lane_channels_for).
@@ -97,7 +98,7 @@ constexpr int min_blocks_per_sm() {
 // multiply-add).
 template <typename scalar_t, typename index_t, int kLaneChannels>
 __global__ void
-__launch_bounds__(kWarpsPerBlock * kWarp, min_blocks_per_sm<scalar_t, kLaneChannels>())
+__launch_bounds__(kWarpsPerBlock * kWarp, min_blocks_per_sm<scalar_t, index_t, kLaneChannels>())
 roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) memory
                         const scalar_t* __restrict__ rois, int64_t num_rois, int channels,
                         int height, int width, int pooled_h, int pooled_w,
@@ -114,6 +115,8 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
   ValueTile values(reinterpret_cast<scalar_t*>(tile_memory) + warp * ValueTile::elements());
   IndexTile indices(reinterpret_cast<int*>(tile_memory + kValueBytes) +
                     warp * IndexTile::elements());
+  __shared__ PoolBin bin_memory[kWarpsPerBlock][kTileBins];
+  PoolBin* warp_bins = bin_memory[warp];  // the bins of the warp's unit
 
   const int groups_per_row = (pooled_w + kTileBins - 1) / kTileBins;
   const int units_per_roi = pooled_h * groups_per_row;
@@ -131,9 +134,16 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
     const int64_t origin = n * height * width * channels + u.chunk_start + first;
     // C is a multiple of kLaneChannels on the vector path: a lane's channels are all valid or none.
     const bool active = first < u.channels;
-    for (int j = 0; j < u.bins; ++j) {
-      const PoolBin b = roi_pool_bin<scalar_t, acc_t>(roi, spatial_scale, u.ph, u.pw_start + j,
+    // Lane j works out bin j of the unit into shared memory (one pass instead of u.bins passes of
+    // the whole warp: in 16-bit types the geometry is ~150 instructions a bin); the bin loop reads
+    // it back (a broadcast), holding no registers for it across the loop.
+    if (lane < u.bins) {
+      warp_bins[lane] = roi_pool_bin<scalar_t, acc_t>(roi, spatial_scale, u.ph, u.pw_start + lane,
                                                       pooled_h, pooled_w, height, width);
+    }
+    __syncwarp();
+    for (int j = 0; j < u.bins; ++j) {
+      const PoolBin b = warp_bins[j];
       acc_t value[kLaneChannels];
       int index[kLaneChannels];
       if constexpr (kLaneChannels == 1) {
