@@ -379,6 +379,22 @@ def test_the_raw_op_checks_its_arguments(args, message):
         torch.ops.redet.riroi_align_rotated(torch.randn(1, 16, 8, 8), torch.zeros(1, 6), *args)
 
 
+@pytest.mark.parametrize("sizes, message", [
+    ((1, 16, 0, 5), r"at least 1 x 1 .* got height 0 and width 5 at level 0"),
+    ((1, 16, 4, -2), r"at least 1 x 1 .* got height 4 and width -2 at level 0"),
+    ((-1, 16, 4, 4), "batch_size must be >= 0, got -1"),
+])
+def test_the_raw_backward_ops_check_the_input_sizes(sizes, message):
+    grad, rois = torch.ones(1, 16, 2, 2), torch.tensor([[0, 0.0, 0, 4, 4, 0]])
+    with pytest.raises(RuntimeError, match=message):  # an empty map once crashed the kernels
+        torch.ops.redet._riroi_align_rotated_backward(grad, rois, 1.0, 2, 8, False, False, *sizes)
+    batch, channels, height, width = sizes
+    with pytest.raises(RuntimeError, match=message):
+        torch.ops.redet._riroi_align_rotated_multilevel_backward(
+            grad, rois, torch.zeros(1, dtype=torch.long), [1.0, 0.5], 2, 8, False, False, batch,
+            channels, [height, 3], [width, 3])
+
+
 def test_bad_input_tensor_is_named():
     with pytest.raises(RuntimeError, match=r"input must be a 4-D"):
         call(torch.randn(16, 8, 8), torch.zeros(1, 6))
