@@ -85,12 +85,12 @@ __device__ __forceinline__ PoolUnit pool_unit(int64_t unit, int64_t num_rois, in
 // Blocks an SM must hold at once (the __launch_bounds__ minimum), which caps the registers: 6
 // blocks = 40 registers (48 warps an SM), 5 = 48 (40 warps), 4 = 64 (32 warps). Left to itself
 // ptxas picks 40 to 72 depending on the variant, some with spills. 6 for 16-bit pairs and the
-// scalar path with int offsets; 5 for double (spills at 40); 4 for fp32 pairs (8 x 256 B in
-// flight per warp; they spill at 48) and for the int64 variants (huge maps only).
+// scalar path with int offsets; 5 for fp32 pairs (46 registers; they spill at 40) and double
+// (spills at 40); 4 for the int64 variants (huge maps only).
 template <typename scalar_t, typename index_t, int kLaneChannels>
 constexpr int min_blocks_per_sm() {
-  if (sizeof(index_t) == 8 || (kLaneChannels == 2 && sizeof(scalar_t) == 4)) return 4;
-  return sizeof(scalar_t) == 8 ? 5 : 6;
+  if (sizeof(index_t) == 8) return 4;
+  return sizeof(scalar_t) == 8 || (kLaneChannels == 2 && sizeof(scalar_t) == 4) ? 5 : 6;
 }
 
 // kLaneChannels: channels a lane owns (1: scalar path, 2: vector path; rule: lane_channels_for).
