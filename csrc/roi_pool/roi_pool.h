@@ -13,9 +13,17 @@ inline void check_roi_pool_forward(const at::Tensor& input, const at::Tensor& ro
   check_positive(spatial_scale, "spatial_scale", op);
 }
 
+// The raw backward op trusts argmax and the rois' batch indices only as far as the kernels' guards
+// go (entries outside the gradient are skipped); the sizes it allocates are checked here.
 inline void check_roi_pool_backward(const at::Tensor& grad, const at::Tensor& rois,
-                                    const at::Tensor& argmax, int64_t channels) {
+                                    const at::Tensor& argmax, int64_t batch_size, int64_t channels,
+                                    int64_t height, int64_t width) {
   constexpr const char* op = "_roi_pool_backward";
+  TORCH_CHECK(batch_size >= 0 && channels >= 0, op, ": batch_size and channels must be >= 0, got ",
+              batch_size, " and ", channels);
+  TORCH_CHECK(height >= 1 && width >= 1 && height * width < (int64_t(1) << 31), op,
+              ": the input map must be at least 1 x 1 with height * width < 2^31, got height ",
+              height, " and width ", width);
   TORCH_CHECK(grad.dim() == 4 && grad.size(0) == rois.size(0) && grad.size(1) == channels, op,
               ": grad_output must have shape (K, C, pooled_h, pooled_w) = (", rois.size(0), ", ",
               channels, ", ...), got ", grad.sizes());

@@ -122,6 +122,41 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.redet._roi_pool_backward.default, (grad, rois, arg, *x.shape))
 
 
+@pytest.mark.parametrize("sizes, message", [
+    ((1, 2, 0, 6), r"at least 1 x 1 .* got height 0 and width 6"),
+    ((1, 2, 6, -1), r"at least 1 x 1 .* got height 6 and width -1"),
+    ((-1, 2, 6, 6), r"batch_size and channels must be >= 0, got -1"),
+])
+def test_raw_backward_checks_the_sizes_it_allocates(sizes, message):
+    x, rois = make_case(9, c=2, h=6, w=6)
+    out, arg = torch.ops.redet.roi_pool(x, rois, 0.5, 2, 2)
+    with pytest.raises(RuntimeError, match=message):  # height 0 once crashed the CPU kernel
+        torch.ops.redet._roi_pool_backward(torch.ones_like(out), rois, arg, *sizes)
+
+
+def test_raw_backward_skips_argmax_and_batch_indices_outside_the_gradient():
+    """Only the raw op can receive these (the forward never makes them): nothing is written outside
+    the gradient, and the valid entries still land."""
+    x, rois = make_case(10, c=2, h=6, w=6)
+    out, arg = torch.ops.redet.roi_pool(x, rois, 0.5, 2, 2)
+    grad = torch.ones_like(out)
+    expected = torch.ops.redet._roi_pool_backward(grad, rois, arg, *x.shape)
+    bad_arg, bad_rois = arg.clone(), rois.clone()
+    bad_arg[0, 0, 0, 0] = 6 * 6 + 100
+    bad_rois[-1, 0] = 7  # batch index past the gradient's images
+    result = torch.ops.redet._roi_pool_backward(grad, bad_rois, bad_arg, *x.shape)
+    skipped = torch.zeros_like(expected)
+    n0 = int(rois[0, 0])
+    if arg[0, 0, 0, 0] >= 0:
+        skipped[n0, 0].view(-1)[arg[0, 0, 0, 0]] += 1
+    last = arg[-1]
+    for c in range(2):
+        for index in last[c].flatten().tolist():
+            if index >= 0:
+                skipped[int(rois[-1, 0]), c].view(-1)[index] += 1
+    torch.testing.assert_close(result, expected - skipped)
+
+
 def test_torch_compile_fullgraph():
     x, rois = make_case(8)
     compiled = torch.compile(lambda a, b: roi_pool(a, b, 3, 0.5) * 2, fullgraph=True, backend="eager")

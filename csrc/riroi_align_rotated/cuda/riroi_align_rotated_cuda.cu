@@ -3,19 +3,18 @@
 // Forward (nO <= 32): a channels-last gather. The features are read as (N, H, W, C) (the host
 // passes each level through to_channels_last, common/cuda/channels_last.cuh: free when the caller
 // already passes channels-last, one tiled transpose otherwise), so the C channels of a pixel are
-// adjacent words. One warp handles one
-// (RoI, channel chunk); a chunk is `lanes = (32 / nO) * nO` consecutive channels, i.e. whole
-// orientation groups (nO = 8: 32 lanes = 4 groups; nO = 6: 30 lanes), and lane i owns channel
-// chunk_start + i. All lanes share the RoI's sample points, so every bilinear tap is one
-// coalesced request: 32 adjacent channels of one pixel. (On NCHW maps one thread per bin makes
-// the 32 lanes of a warp read 32 different bins: ~32 sectors per request, 4 useful bytes each.)
-// With num_samples == 2 the lanes compute the taps of 8 bins at once (one sample each) and share
-// them through shared memory instead of each lane repeating the geometry; any other grid is
-// walked by every lane (warp-uniform). The orientation alignment needs two other channels of the
-// lane's own group: two warp shuffles per bin. Outputs are (K, C, bins) with bins contiguous: a
-// ChannelTile (csrc/common/cuda/channel_tile.cuh) transposes them in shared memory so that the
-// stores are coalesced too. nO > 32 (a group wider than a warp) keeps a plain NCHW kernel, one
-// thread per output.
+// adjacent words. One warp handles one (RoI, channel chunk); a chunk is `lanes = (32 / nO) * nO`
+// consecutive channels, i.e. whole orientation groups (nO = 8: 32 lanes = 4 groups; nO = 6: 30
+// lanes), and lane i owns channel chunk_start + i. All lanes share the RoI's sample points, so
+// every bilinear tap is one coalesced request: 32 adjacent channels of one pixel. (On NCHW maps one
+// thread per bin makes the 32 lanes of a warp read 32 different bins: ~32 sectors per request, 4
+// useful bytes each.) With num_samples == 2 the lanes compute the taps of 8 bins at once (one
+// sample each) and share them through shared memory instead of each lane repeating the geometry;
+// any other grid is walked by every lane (warp-uniform). The orientation alignment needs two other
+// channels of the lane's own group: two warp shuffles per bin. Outputs are (K, C, bins) with bins
+// contiguous: a ChannelTile (csrc/common/cuda/channel_tile.cuh) transposes them in shared memory so
+// that the stores are coalesced too. nO > 32 (a group wider than a warp) keeps a plain NCHW kernel,
+// one thread per output.
 //
 // Backward: one thread per (group, RoI, bin, input orientation j). The gradient is scattered into
 // a scratch buffer laid out [level][n][group][pixel][j] so the nO threads of one bin hit nO

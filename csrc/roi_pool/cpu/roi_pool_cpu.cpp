@@ -54,7 +54,7 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cpu(const at::Tensor& input_
 at::Tensor roi_pool_backward_cpu(const at::Tensor& grad_, const at::Tensor& rois_,
                                  const at::Tensor& argmax_, int64_t batch_size, int64_t channels,
                                  int64_t height, int64_t width) {
-  check_roi_pool_backward(grad_, rois_, argmax_, channels);
+  check_roi_pool_backward(grad_, rois_, argmax_, batch_size, channels, height, width);
   const auto grad = grad_.contiguous();
   const auto rois = rois_.contiguous();
   const auto argmax = argmax_.contiguous();
@@ -74,10 +74,12 @@ at::Tensor roi_pool_backward_cpu(const at::Tensor& grad_, const at::Tensor& rois
       for (int64_t c = begin; c < end; ++c) {
         for (int64_t k = 0; k < num_rois; ++k) {
           const int64_t n = static_cast<int64_t>(roi_data[k * 5]);
+          if (!(n >= 0 && n < batch_size)) continue;  // a guard: the forward rejects such rois
           acc_t* plane = gin + (n * channels + c) * height * width;
           const int64_t base = (k * channels + c) * bins;
           for (int64_t i = 0; i < bins; ++i) {
-            if (arg[base + i] >= 0) plane[arg[base + i]] += static_cast<acc_t>(g[base + i]);
+            const int index = arg[base + i];
+            if (index >= 0 && index < height * width) plane[index] += static_cast<acc_t>(g[base + i]);
           }
         }
       }

@@ -211,8 +211,8 @@ template <typename scalar_t, typename Add>
 __global__ void roi_pool_backward_kernel(const scalar_t* __restrict__ grad,
                                          const scalar_t* __restrict__ rois,
                                          const int* __restrict__ argmax, int64_t num_rois,
-                                         int64_t channels, int64_t plane_size, int64_t bins,
-                                         Add add) {
+                                         int64_t batch_size, int64_t channels, int64_t plane_size,
+                                         int64_t bins, Add add) {
   add.prepare();
   const int64_t total = channels * num_rois * bins;
   REDET_CUDA_GRID_STRIDE(i, total) {
@@ -221,8 +221,9 @@ __global__ void roi_pool_backward_kernel(const scalar_t* __restrict__ grad,
     const int64_t c = i / (bins * num_rois);
     const int64_t o = (k * channels + c) * bins + bin;
     const int index = argmax[o];
-    if (index < 0) continue;
     const int64_t n = static_cast<int64_t>(rois[k * 5]);
+    // guards: argmax from the forward is in [-1, plane_size), its rois' batch indices are valid
+    if (index < 0 || index >= plane_size || n < 0 || n >= batch_size) continue;
     add((n * channels + c) * plane_size + index, static_cast<at::opmath_type<scalar_t>>(grad[o]));
   }
 }
@@ -276,7 +277,7 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input
 at::Tensor roi_pool_backward_cuda(const at::Tensor& grad_, const at::Tensor& rois_,
                                   const at::Tensor& argmax_, int64_t batch_size, int64_t channels,
                                   int64_t height, int64_t width) {
-  check_roi_pool_backward(grad_, rois_, argmax_, channels);
+  check_roi_pool_backward(grad_, rois_, argmax_, batch_size, channels, height, width);
   c10::cuda::CUDAGuard guard(grad_.device());
   const auto grad = grad_.contiguous();  // the peers read a non-contiguous grad wrongly
   const auto rois = rois_.contiguous();
@@ -295,7 +296,7 @@ at::Tensor roi_pool_backward_cuda(const at::Tensor& grad_, const at::Tensor& roi
                                 bound.data_ptr<double>()};
         roi_pool_backward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
             grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), argmax.data_ptr<int>(), num_rois,
-            channels, plane, bins, add);
+            batch_size, channels, plane, bins, add);
       });
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
@@ -310,7 +311,7 @@ at::Tensor roi_pool_backward_cuda(const at::Tensor& grad_, const at::Tensor& roi
       using acc_t = at::opmath_type<scalar_t>;
       roi_pool_backward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
           grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), argmax.data_ptr<int>(), num_rois,
-          channels, plane, bins, FloatAtomicAdd<acc_t>{acc.data_ptr<acc_t>()});
+          batch_size, channels, plane, bins, FloatAtomicAdd<acc_t>{acc.data_ptr<acc_t>()});
     });
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
