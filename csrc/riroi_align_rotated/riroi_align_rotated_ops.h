@@ -39,13 +39,18 @@ inline void check_riroi_backward(const at::Tensor& grad, const at::Tensor& rois,
   check_riroi_grad(grad, rois, channels, opt, op);
 }
 
-// The backward ops' input sizes (of the gradients they allocate). An empty map would put the
-// border-clamped taps at pixel -1, outside the gradient.
+// The backward ops' levels and input sizes (of the gradients they allocate), for both backends.
+// An empty map would put the border-clamped taps at pixel -1, outside the gradient.
 inline void check_riroi_input_sizes(int64_t batch_size, at::IntArrayRef heights,
-                                    at::IntArrayRef widths, const char* op) {
+                                    at::IntArrayRef widths, at::ArrayRef<double> scales,
+                                    const char* op) {
   TORCH_CHECK(batch_size >= 0, op, ": batch_size must be >= 0, got ", batch_size);
-  TORCH_CHECK(heights.size() == widths.size(), op, ": heights and widths must have one entry per "
-              "level, got ", heights.size(), " and ", widths.size());
+  const size_t num_levels = heights.size();
+  TORCH_CHECK(widths.size() == num_levels && scales.size() == num_levels && num_levels >= 1 &&
+                  num_levels <= kMaxFeatureLevels,
+              op, ": heights, widths and spatial_scales must have one entry per level (1 to ",
+              kMaxFeatureLevels, " levels), got ", heights.size(), ", ", widths.size(), " and ",
+              scales.size());
   for (size_t l = 0; l < heights.size(); ++l) {
     TORCH_CHECK(heights[l] >= 1 && widths[l] >= 1 && heights[l] * widths[l] < (int64_t(1) << 31),
                 op, ": the input maps must be at least 1 x 1 with height * width < 2^31, got "
@@ -72,7 +77,8 @@ at::Tensor riroi_align_rotated_backward_op(const at::Tensor& grad, const at::Ten
   const auto opt =
       riroi_backward_options(grad, num_samples, num_orientations, clockwise, legacy_orientation);
   check_riroi_backward(grad, rois, channels, opt, "_riroi_align_rotated_backward");
-  check_riroi_input_sizes(batch_size, {height}, {width}, "_riroi_align_rotated_backward");
+  check_riroi_input_sizes(batch_size, {height}, {width}, {spatial_scale},
+                          "_riroi_align_rotated_backward");
   return backward_levels(grad, rois, at::Tensor(), {spatial_scale}, opt, batch_size, channels,
                          {height}, {width}, "_riroi_align_rotated_backward")[0];
 }
@@ -101,8 +107,10 @@ std::vector<at::Tensor> riroi_align_rotated_multilevel_backward_op(
   TORCH_CHECK(levels.dim() == 1 && levels.size(0) == rois.size(0) &&
                   levels.scalar_type() == at::kLong,
               op, ": levels must be an int64 tensor of shape (K,)");
+  TORCH_CHECK(levels.device() == rois.device(), op, ": levels must be on the device of rois (",
+              rois.device(), "), got ", levels.device());
   check_riroi_backward(grad, rois, channels, opt, op);
-  check_riroi_input_sizes(batch_size, heights, widths, op);
+  check_riroi_input_sizes(batch_size, heights, widths, spatial_scales, op);
   return backward_levels(grad, rois, levels, spatial_scales, opt, batch_size, channels, heights,
                          widths, op);
 }

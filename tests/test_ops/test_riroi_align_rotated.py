@@ -395,6 +395,15 @@ def test_the_raw_backward_ops_check_the_input_sizes(sizes, message):
             channels, [height, 3], [width, 3])
 
 
+def test_the_raw_multilevel_backward_checks_the_level_count():
+    grad, rois = torch.ones(1, 16, 2, 2), torch.tensor([[0, 0.0, 0, 4, 4, 0]])
+    message = r"one entry per level \(1 to 16 levels\), got 2, 2 and 1"
+    with pytest.raises(RuntimeError, match=message):
+        torch.ops.redet._riroi_align_rotated_multilevel_backward(
+            grad, rois, torch.zeros(1, dtype=torch.long), [1.0], 2, 8, False, False, 1, 16,
+            [4, 2], [4, 2])
+
+
 def test_bad_input_tensor_is_named():
     with pytest.raises(RuntimeError, match=r"input must be a 4-D"):
         call(torch.randn(16, 8, 8), torch.zeros(1, 6))

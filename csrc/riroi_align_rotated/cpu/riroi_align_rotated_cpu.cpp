@@ -152,14 +152,13 @@ at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
   return output;
 }
 
-// grad_output and the options are checked by the op entry points (riroi_align_rotated_ops.h).
+// grad_output, the options, levels and sizes are checked by the op entry points
+// (riroi_align_rotated_ops.h).
 std::vector<at::Tensor> backward_levels(const at::Tensor& grad_, const at::Tensor& rois_,
                                         const at::Tensor& levels_, at::ArrayRef<double> scales,
                                         const RiRoIOptions& opt, int64_t batch_size,
                                         int64_t channels, at::IntArrayRef heights,
                                         at::IntArrayRef widths, const char* op) {
-  TORCH_CHECK(heights.size() == widths.size() && heights.size() == scales.size(), op,
-              ": heights, widths and spatial_scales must have one entry per level");
   const auto grad = grad_.contiguous();
   const auto rois = rois_.contiguous();
   const auto levels = levels_.defined() ? levels_.contiguous() : levels_;

@@ -462,19 +462,14 @@ at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
   return output;
 }
 
-// grad_output and the options are checked by the op entry points (riroi_align_rotated_ops.h).
+// grad_output, the options, levels and sizes are checked by the op entry points
+// (riroi_align_rotated_ops.h).
 std::vector<at::Tensor> backward_levels(const at::Tensor& grad_, const at::Tensor& rois_,
                                         const at::Tensor& levels_, at::ArrayRef<double> scales,
                                         const RiRoIOptions& opt, int64_t batch_size,
                                         int64_t channels, at::IntArrayRef heights,
                                         at::IntArrayRef widths, const char* op) {
   const size_t num_levels = heights.size();
-  TORCH_CHECK(widths.size() == num_levels && scales.size() == num_levels && num_levels >= 1 &&
-                  num_levels <= kMaxFeatureLevels,
-              op, ": heights, widths and spatial_scales must have one entry per level (1 to ",
-              kMaxFeatureLevels, " levels)");
-  TORCH_CHECK(!levels_.defined() || levels_.device() == rois_.device(), op,
-              ": levels must be on the device of rois");
   c10::cuda::CUDAGuard guard(grad_.device());
   const auto grad = grad_.contiguous();  // the peer reads a non-contiguous grad wrongly
   const auto rois = rois_.contiguous();
