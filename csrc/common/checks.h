@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <string>
 
 namespace redet {
 
@@ -61,6 +62,15 @@ inline void check_rois(const at::Tensor& rois, const at::Tensor& input, int64_t 
   TORCH_CHECK(bad.bad_index_row < 0, op, ": rois[:, 0] must hold integer batch indices in [0, ",
               input.size(0), ") (input has ", input.size(0), " images); row ", bad.bad_index_row,
               " has ", bad.bad_index_row < 0 ? 0.0 : rois[bad.bad_index_row][0].item<double>());
+}
+
+// The size of a map a backward op allocates (its gradient): an empty map would put border-clamped
+// reads at pixel -1, and the kernels index a plane with int. `level` >= 0 names a pyramid level.
+inline void check_map_size(int64_t height, int64_t width, const char* op, int64_t level = -1) {
+  TORCH_CHECK(height >= 1 && width >= 1 && height * width < (int64_t(1) << 31), op,
+              ": the input map", level >= 0 ? "s" : "", " must be at least 1 x 1 with height * width "
+              "< 2^31, got height ", height, " and width ", width,
+              level >= 0 ? " at level " + std::to_string(level) : std::string());
 }
 
 inline void check_output_size(int64_t h, int64_t w, const char* op) {

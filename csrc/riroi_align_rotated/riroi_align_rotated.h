@@ -120,12 +120,10 @@ FeatureLevels<scalar_t, acc_t> feature_levels(const std::vector<at::Tensor>& con
   return table;
 }
 
-// Each tensor in `format` (a no-op for those already in it).
-inline std::vector<at::Tensor> contiguous_all(
-    at::TensorList tensors, at::MemoryFormat format = at::MemoryFormat::Contiguous) {
+inline std::vector<at::Tensor> contiguous_all(at::TensorList tensors) {
   std::vector<at::Tensor> out;
   out.reserve(tensors.size());
-  for (const auto& t : tensors) out.push_back(t.contiguous(format));
+  for (const auto& t : tensors) out.push_back(t.contiguous());
   return out;
 }
 

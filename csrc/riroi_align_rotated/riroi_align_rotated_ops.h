@@ -40,7 +40,6 @@ inline void check_riroi_backward(const at::Tensor& grad, const at::Tensor& rois,
 }
 
 // The backward ops' levels and input sizes (of the gradients they allocate), for both backends.
-// An empty map would put the border-clamped taps at pixel -1, outside the gradient.
 inline void check_riroi_input_sizes(int64_t batch_size, at::IntArrayRef heights,
                                     at::IntArrayRef widths, at::ArrayRef<double> scales,
                                     const char* op) {
@@ -51,11 +50,7 @@ inline void check_riroi_input_sizes(int64_t batch_size, at::IntArrayRef heights,
               op, ": heights, widths and spatial_scales must have one entry per level (1 to ",
               kMaxFeatureLevels, " levels), got ", heights.size(), ", ", widths.size(), " and ",
               scales.size());
-  for (size_t l = 0; l < heights.size(); ++l) {
-    TORCH_CHECK(heights[l] >= 1 && widths[l] >= 1 && heights[l] * widths[l] < (int64_t(1) << 31),
-                op, ": the input maps must be at least 1 x 1 with height * width < 2^31, got "
-                "height ", heights[l], " and width ", widths[l], " at level ", l);
-  }
+  for (size_t l = 0; l < num_levels; ++l) check_map_size(heights[l], widths[l], op, l);
 }
 
 template <RiRoIForwardLevels forward_levels>

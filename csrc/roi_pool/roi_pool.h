@@ -21,9 +21,7 @@ inline void check_roi_pool_backward(const at::Tensor& grad, const at::Tensor& ro
   constexpr const char* op = "_roi_pool_backward";
   TORCH_CHECK(batch_size >= 0 && channels >= 0, op, ": batch_size and channels must be >= 0, got ",
               batch_size, " and ", channels);
-  TORCH_CHECK(height >= 1 && width >= 1 && height * width < (int64_t(1) << 31), op,
-              ": the input map must be at least 1 x 1 with height * width < 2^31, got height ",
-              height, " and width ", width);
+  check_map_size(height, width, op);
   TORCH_CHECK(grad.dim() == 4 && grad.size(0) == rois.size(0) && grad.size(1) == channels, op,
               ": grad_output must have shape (K, C, pooled_h, pooled_w) = (", rois.size(0), ", ",
               channels, ", ...), got ", grad.sizes());
