@@ -2,7 +2,9 @@
 features (2, 256, 200, 200), 1024 RoIs on an 800x800 image, spatial_scale 0.25, 7x7.
 Our CUDA forward gathers from channels-last memory: `ours_forward_ms` takes the usual NCHW input
 and includes the transpose (also timed alone); `ours_forward_channels_last_ms` takes a
-channels-last input (no copy). The peers take NCHW input.
+channels-last input (no copy). Both take the forward's vector path (2 channels a lane, C = 256 is
+even); `ours_forward_scalar_path_ms` runs the scalar path (a lane per channel) on the same values,
+through a channels-last view at an odd storage offset (misaligned pairs). The peers take NCHW input.
 Usage: python benchmarks/bench_roi_pool.py --out benchmarks/results/roi_pool_h200.json"""
 import argparse
 import os
@@ -29,6 +31,16 @@ def make_inputs(dtype, seed=0):
     return features, rois
 
 
+def channels_last_at_offset(x, offset):
+    """x's values in channels-last memory `offset` elements into its storage (odd: the forward's
+    scalar path)."""
+    n, c, h, w = x.shape
+    storage = torch.empty(x.numel() + offset, dtype=x.dtype, device=x.device)
+    view = storage[offset:].view(n, h, w, c).permute(0, 3, 1, 2)
+    view.copy_(x)
+    return view
+
+
 def measure(row, name, fn):
     """Median time and peak extra memory of fn under `name`."""
     row[f"{name}_ms"] = time_cuda(fn)
@@ -47,6 +59,14 @@ def bench(dtype, deterministic_too=True):
     out, argmax = torch.ops.redet.roi_pool(x, rois, SCALE, SIZE, SIZE)
     out_cl, argmax_cl = torch.ops.redet.roi_pool(x_cl, rois, SCALE, SIZE, SIZE)
     row["channels_last_identical_to_nchw"] = bool(torch.equal(out, out_cl) and torch.equal(argmax, argmax_cl))
+    x_scalar = channels_last_at_offset(x, 1)
+    measure(row, "ours_forward_scalar_path",
+            lambda: torch.ops.redet.roi_pool(x_scalar, rois, SCALE, SIZE, SIZE))
+    out_s, argmax_s = torch.ops.redet.roi_pool(x_scalar, rois, SCALE, SIZE, SIZE)
+    row["scalar_path_identical"] = bool(torch.equal(out, out_s) and torch.equal(argmax, argmax_s))
+    row["speedup_vector_vs_scalar_path"] = (
+        row["ours_forward_scalar_path_ms"] / row["ours_forward_channels_last_ms"])
+    del x_scalar
     grad = torch.randn_like(out)
     ours_bwd = lambda: torch.ops.redet._roi_pool_backward(grad, rois, argmax, n, c, h, w)  # noqa: E731
     row["ours_backward_ms"] = time_cuda(ours_bwd)

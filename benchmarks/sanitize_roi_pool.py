@@ -1,8 +1,28 @@
 """Small RoIPool runs for compute-sanitizer (memcheck, racecheck): every CUDA kernel (channels-last
-forward with its shared-memory tiles, backward, deterministic backward) on edge cases."""
+forward with its shared-memory tiles on both paths, backward, deterministic backward) on edge cases.
+Forward paths (csrc/roi_pool/cuda/roi_pool_cuda.cu): the vector path (2 channels a lane) for float,
+half and bfloat16 with an even C and an aligned data pointer; the scalar path for double, odd C and
+a channels-last view at an odd storage offset (misaligned pairs). Every case runs on NCHW input
+(the transpose kernel), channels-last input, and the misaligned channels-last view."""
 import torch
 
 import redet_plugin  # noqa: F401
+
+
+def channels_last_at_offset(x, offset):
+    """x's values in channels-last memory `offset` elements into its storage."""
+    n, c, h, w = x.shape
+    storage = torch.empty(x.numel() + offset, dtype=x.dtype, device=x.device)
+    view = storage[offset:].view(n, h, w, c).permute(0, 3, 1, 2)
+    view.copy_(x)
+    return view
+
+
+LAYOUTS = {
+    "nchw": lambda x: x,
+    "channels_last": lambda x: x.contiguous(memory_format=torch.channels_last),
+    "channels_last_misaligned": lambda x: channels_last_at_offset(x, 1),
+}
 
 
 def run():
@@ -14,16 +34,15 @@ def run():
         (torch.randn(1, 2, 5, 5), torch.tensor([[0, 50., 50, 60, 60]]), (2, 3)),   # fully off the map
         # 33 channels: a partial chunk; 11 bins a row: two bin groups
         (torch.randn(2, 33, 7, 6), torch.tensor([[1, 0., 0, 12, 12], [0, 3, 2, 9, 11]]), (3, 11)),
+        # 66 channels: the vector path's last chunk holds one pair (one active lane)
+        (torch.randn(2, 66, 7, 6), torch.tensor([[1, 0., 0, 12, 12], [0, 3, 2, 9, 11]]), (3, 11)),
         (torch.randn(1, 64, 4, 4), torch.tensor([[0, 0., 0, 7, 7]] * 9), (7, 7)),  # several blocks
         (torch.full((1, 20, 4, 4), float("nan")), torch.tensor([[0, 0., 0, 3, 3]]), (2, 2)),  # all NaN
     ]
     for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16]:
         for x, rois, output_size in cases:
-            for channels_last in (False, True):
-                xd = x.to("cuda", dtype)
-                if channels_last:
-                    xd = xd.contiguous(memory_format=torch.channels_last)
-                xd.requires_grad_(True)
+            for layout in LAYOUTS.values():
+                xd = layout(x.to("cuda", dtype)).detach().requires_grad_(True)
                 for deterministic in (False, True):
                     torch.use_deterministic_algorithms(deterministic)
                     out = redet_plugin.ops.roi_pool(xd, rois.to("cuda", dtype), output_size, 0.5)

@@ -315,13 +315,30 @@ def test_cuda_errors_are_named():
         roi_pool(x, torch.zeros(1, 5), 2)
 
 
-# The CUDA forward gathers from a channels-last copy of the input, one warp lane per channel and one
-# warp per (32-channel chunk, RoI, bin row, group of up to 8 bins): these cases hit partial chunks,
+# The CUDA forward gathers from a channels-last copy of the input, one warp per (chunk of channels,
+# RoI, bin row, group of up to 8 bins). Two paths (csrc/roi_pool/cuda/roi_pool_cuda.cu): float, half
+# and bfloat16 with an even C and a data pointer aligned to 2 elements take the vector path (a lane
+# owns 2 adjacent channels, 64-channel chunks); double, odd C or a misaligned pointer take the
+# scalar path (a lane per channel, 32-channel chunks). These cases hit both paths, partial chunks,
 # several bin groups per row, every input layout, and must match the CPU kernel bit for bit.
+def channels_last_at_offset(x, offset):
+    """x's values in channels-last memory that starts `offset` elements into its storage: an odd
+    offset misaligns the element pairs, so the forward must take its scalar path."""
+    n, c, h, w = x.shape
+    storage = torch.empty(x.numel() + offset, dtype=x.dtype, device=x.device)
+    view = storage[offset:].view(n, h, w, c).permute(0, 3, 1, 2)
+    view.copy_(x)
+    assert view.is_contiguous(memory_format=torch.channels_last) and view.storage_offset() == offset
+    return view
+
+
 def cuda_layouts(x):
-    """The same values on the GPU as NCHW, channels-last, and (N, C, W, H) memory (neither)."""
+    """The same values on the GPU as NCHW, channels-last (also at an odd and an even storage
+    offset), and (N, C, W, H) memory (neither)."""
     xc = x.cuda()
     return {"nchw": xc, "channels_last": xc.contiguous(memory_format=torch.channels_last),
+            "channels_last_misaligned": channels_last_at_offset(xc, 1),
+            "channels_last_offset_2": channels_last_at_offset(xc, 2),
             "transposed": xc.transpose(2, 3).contiguous().transpose(2, 3)}
 
 
@@ -369,7 +386,7 @@ def test_cuda_edge_cases_match_cpu(dtype):
 
 
 @CUDA
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_cuda_ties_nan_and_inf_follow_the_cpu_rule(dtype):
     g = torch.Generator().manual_seed(30)
     x = torch.randint(-2, 3, (2, 40, 12, 13), generator=g).to(dtype)  # many ties: first max wins
@@ -407,13 +424,15 @@ def test_cuda_channels_last_input_backward_matches_nchw():
 
 
 @CUDA
-def test_cuda_huge_map_uses_64_bit_offsets():
+@pytest.mark.parametrize("channels", [33, 34])  # the scalar and the vector path
+def test_cuda_huge_map_uses_64_bit_offsets(channels):
     # More than 2**31 elements: the kernel's int64 offset variant. Checked against the same RoIs on
     # a small crop of the bottom-right corner, where offsets pass 2**31.
     if torch.cuda.get_device_properties(0).total_memory < 24 * 2**30:
         pytest.skip("needs a GPU with 24 GB")
     height = width = 8100
-    x = torch.empty(1, 33, height, width, device="cuda", memory_format=torch.channels_last).normal_()
+    x = torch.empty(1, channels, height, width, device="cuda",
+                    memory_format=torch.channels_last).normal_()
     assert x.numel() > 2**31
     corner = 7900
     rois = torch.tensor([[0, 8000., 8010, 8090, 8099], [0, 8050, 8050, 8099, 8070], [0, 8200, 0, 8300, 5]],
@@ -426,3 +445,37 @@ def test_cuda_huge_map_uses_64_bit_offsets():
     assert torch.equal(out, crop_out) and torch.equal(arg, torch.where(crop_arg >= 0, moved, crop_arg))
     assert (arg[2] == -1).all() and (arg[:2] >= 0).all()
     del x
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("channels", [2, 34, 66, 130, 35])
+def test_cuda_lane_pair_path_matches_cpu(dtype, channels):
+    # Even C: the vector path (2 channels a lane) on aligned layouts, 66 and 130 end in a chunk of
+    # 2 channels (one active lane); odd C (35) and the misaligned layout: the scalar path.
+    # Values from a small set: many ties (the first max must win in each channel of a pair).
+    g = torch.Generator().manual_seed(40 + channels)
+    x = (torch.randint(-4, 5, (2, channels, 19, 23), generator=g) * 0.25).to(dtype)
+    x[0, 1, 3:9, 4:12] = float("nan")  # the odd channel of the first pair only
+    x[1, 0, :, :5] = float("-inf")      # the even one only
+    rois = random_rois(30, 2, 46.0, g, dtype)
+    for output_size in [(7, 7), (2, 9), (1, 1)]:
+        out, arg = assert_cuda_matches_cpu(x, rois, 0.5, output_size)
+    ref, ref_arg = roi_pool_reference(x, rois, (1, 1), 0.5)
+    assert torch.equal(out, ref) and torch.equal(arg, ref_arg)
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_cuda_lane_pair_backward_matches_scalar_path(dtype):
+    # The argmax of both forward paths feeds the same backward: the gradients are bitwise equal.
+    x, rois = make_case(41, dtype, c=64, h=20, w=21, k=30)
+    grad = torch.ones(30, 64, 7, 7, device="cuda", dtype=dtype)
+    grads = []
+    for xl in (x.cuda().contiguous(memory_format=torch.channels_last),
+               channels_last_at_offset(x.cuda(), 1)):
+        xl = xl.detach().requires_grad_(True)
+        with deterministic_mode():
+            roi_pool(xl, rois.cuda(), 7, 0.5).backward(grad)
+        grads.append(xl.grad)
+    assert torch.equal(grads[0], grads[1])
