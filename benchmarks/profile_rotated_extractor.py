@@ -1,5 +1,5 @@
 """Where the fused RotatedSingleRoIExtractor spends its time on the GPU: torch.profiler tables of
-the fused forward and forward + backward (train case of bench_rotated_extractor.py), plus the
+the fused forward and forward + backward (train and test cases of bench_rotated_extractor.py), plus the
 host wall time per call. Diagnostic only; prints to stdout.
 
     python benchmarks/profile_rotated_extractor.py
@@ -24,7 +24,14 @@ def host_ms(fn, repeats=50):
 
 
 def main():
-    feats, rois = make_inputs(2, 1024, torch.float32)
+    for dtype in (torch.float32, torch.float16):
+        for case, images, num_rois in (("train", 2, 1024), ("test", 1, 2000)):
+            print(f"#### {case}: {images} image(s), {num_rois} RoIs, {dtype}")
+            profile_case(images, num_rois, dtype)
+
+
+def profile_case(images, num_rois, dtype):
+    feats, rois = make_inputs(images, num_rois, dtype)
     feats_grad = [f.detach().requires_grad_(True) for f in feats]
     extractor = RotatedSingleRoIExtractor(dict(type="RiRoIAlignRotated", **LAYER), CHANNELS,
                                           STRIDES, fused=True).cuda()
@@ -38,7 +45,7 @@ def main():
             for _ in range(10):
                 fn()
             torch.cuda.synchronize()
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25))
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18))
 
 
 if __name__ == "__main__":

@@ -459,10 +459,10 @@ def test_cuda_lane_pair_path_matches_cpu(dtype, channels):
     x[0, 1, 3:9, 4:12] = float("nan")  # the odd channel of the first pair only
     x[1, 0, :, :5] = float("-inf")      # the even one only
     rois = random_rois(30, 2, 46.0, g, dtype)
+    # (bitwise equal to the CPU kernel, whose NaN rule - NaN never wins, as in torchvision - is
+    # tested above; the plain reference's max() would propagate the NaNs)
     for output_size in [(7, 7), (2, 9), (1, 1)]:
-        out, arg = assert_cuda_matches_cpu(x, rois, 0.5, output_size)
-    ref, ref_arg = roi_pool_reference(x, rois, (1, 1), 0.5)
-    assert torch.equal(out, ref) and torch.equal(arg, ref_arg)
+        assert_cuda_matches_cpu(x, rois, 0.5, output_size)
 
 
 @CUDA
