@@ -25,7 +25,7 @@ def kernel_times(call):
         torch.cuda.synchronize()
     kernels = {}
     for event in prof.key_averages():
-        total = getattr(event, "device_time_total", None) or event.cuda_time_total
+        total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
         if "fill_kernel" in event.key or total <= 0:  # (the L2 flush)
             continue
         name = event.key.split("<")[0].split("::")[-1].replace("void ", "")[:60]
