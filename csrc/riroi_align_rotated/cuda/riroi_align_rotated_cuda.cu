@@ -82,6 +82,14 @@ __device__ __forceinline__ bool roi_level_and_image(const scalar_t* roi, const i
 }
 
 // ------------------------------------------ forward ------------------------------------------
+// Work items (RoI, channel chunk) of the channels-last kernels go chunk-major: item = chunk *
+// num_rois + RoI. The warps in flight then share one chunk's channels of every pixel (training
+// shape: 2 x 256^2 pixels x 128 B = 17 MB, L2-resident) instead of all channels of the RoIs in
+// flight, whose footprints far exceed L2 (ncu, RoI-major: 3.3x the map's bytes read from DRAM).
+__device__ __forceinline__ int chunk_of_item(int64_t item, int64_t num_rois) {
+  return static_cast<int>(item / num_rois);
+}
+
 // Blocks of the channels-last forward and backward: 8 warps (4 for double, whose tiles are twice as
 // large), so that each warp's ChannelTile and shared taps stay under the 48 KB of static shared
 // memory per block (float 45 KB, double 41 KB).
@@ -198,9 +206,9 @@ __device__ __forceinline__ void compute_shared_taps(const RiRoIGeometry<acc_t>& 
   taps[lane] = entry;
 }
 
-// One warp per (RoI, channel chunk), flattened with the chunk fastest (the warps of a block share
-// a RoI's pixels when C = 256), grid-stride over warps. Every branch on the work item is
-// warp-uniform, so the full-warp shuffles and __syncwarp see all 32 lanes.
+// One warp per (RoI, channel chunk), flattened chunk-major (chunk_of_item), grid-stride over
+// warps. Every branch on the work item is warp-uniform, so the full-warp shuffles and __syncwarp
+// see all 32 lanes.
 // kGrid: 2 when num_samples == 2 (fixed grid, taps shared through shared memory), 0 for any other
 // (or adaptive) grid, where every lane walks the samples itself.
 template <typename scalar_t, int kGrid>
@@ -228,8 +236,8 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
   const int64_t items = num_rois * chunks;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp; item < items;
        item += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const int64_t k = item / chunks;
-    const int chunk_start = static_cast<int>(item % chunks) * lanes;
+    const int64_t k = item % num_rois;  // chunk-major: see chunk_of_item
+    const int chunk_start = chunk_of_item(item, num_rois) * lanes;
     const int chunk_channels = min(lanes, channels - chunk_start);
     const bool active = lane < chunk_channels;
     const scalar_t* roi = rois + k * 6;
@@ -439,8 +447,8 @@ backward_channels_last_kernel(const scalar_t* __restrict__ grad,
   const int64_t items = num_rois * chunks;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp; item < items;
        item += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const int64_t k = item / chunks;
-    const int chunk_start = static_cast<int>(item % chunks) * lanes;
+    const int64_t k = item % num_rois;  // chunk-major: see chunk_of_item
+    const int chunk_start = chunk_of_item(item, num_rois) * lanes;
     const int chunk_channels = min(lanes, channels - chunk_start);
     const bool active = lane < chunk_channels;
     const scalar_t* roi = rois + k * 6;
