@@ -17,45 +17,58 @@ namespace redet {
 
 constexpr int kTransposeTile = 32, kTransposeRows = 8;
 
-// Block (32, 8) copies kTransposeTilesPerBlock tiles (channels c0.., pixels p0..) of image
-// blockIdx.z, adjacent along the pixels. ncu saw the one-tile version instruction-bound (72% SM
-// throughput, 2.6 TB/s): per element it recomputed 64-bit offsets and bounds checks. Here the
-// offsets are hoisted (a row is one add away), full tiles skip the checks, and a block's setup is
-// shared by several tiles.
+// Block (32, 8) copies kTransposeTilesPerBlock tiles (channels c0.., 32 pixels each) of image
+// blockIdx.z, adjacent along the pixels: all their loads first (16 per thread in flight), then all
+// stores. ncu saw a one-tile version instruction- and latency-bound (72% SM throughput, 2.6 TB/s):
+// per element it recomputed 64-bit offsets and bounds checks, with 4 loads per thread in flight.
+// Here the offsets are hoisted (an element is one add away) and full blocks skip the checks.
 constexpr int kTransposeTilesPerBlock = 4;
 
 template <typename scalar_t>
 __global__ void __launch_bounds__(kTransposeTile * kTransposeRows)
 nchw_to_channels_last_kernel(const scalar_t* __restrict__ in, scalar_t* __restrict__ out,
                              int64_t channels, int64_t pixels) {
-  __shared__ scalar_t tile[kTransposeTile][kTransposeTile + 1];  // +1: no bank conflicts
+  constexpr int kTiles = kTransposeTilesPerBlock, kTile = kTransposeTile;
+  __shared__ scalar_t tile[kTiles][kTile][kTile + 1];  // +1: no bank conflicts
   const int64_t n = blockIdx.z;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kTransposeTile;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t p0 = static_cast<int64_t>(blockIdx.x) * kTiles * kTile;
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const bool full_channels = c0 + kTransposeTile <= channels;
-  for (int t = 0; t < kTransposeTilesPerBlock; ++t) {
-    const int64_t p0 =
-        (static_cast<int64_t>(blockIdx.x) * kTransposeTilesPerBlock + t) * kTransposeTile;
-    if (p0 >= pixels) break;  // (block-uniform)
-    // reads: row j of the tile is channel c0 + j, pixels p0 + tx; writes: row j is pixel p0 + j
-    const scalar_t* src = in + (n * channels + c0 + ty) * pixels + p0 + tx;
-    scalar_t* dst = out + (n * pixels + p0 + ty) * channels + c0 + tx;
-    if (full_channels && p0 + kTransposeTile <= pixels) {
+  // reads: row j of tile t is channel c0 + j, pixels p0 + 32 t + tx; writes: pixel p0 + 32 t + j
+  const scalar_t* src = in + (n * channels + c0 + ty) * pixels + p0 + tx;
+  scalar_t* dst = out + (n * pixels + p0 + ty) * channels + c0 + tx;
+  if (c0 + kTile <= channels && p0 + kTiles * kTile <= pixels) {  // (block-uniform)
 #pragma unroll
-      for (int j = 0; j < kTransposeTile; j += kTransposeRows) tile[ty + j][tx] = src[j * pixels];
-      __syncthreads();
+    for (int t = 0; t < kTiles; ++t) {
 #pragma unroll
-      for (int j = 0; j < kTransposeTile; j += kTransposeRows) dst[j * channels] = tile[tx][ty + j];
-    } else {
-      for (int j = 0; j < kTransposeTile; j += kTransposeRows) {
-        if (c0 + ty + j < channels && p0 + tx < pixels) tile[ty + j][tx] = src[j * pixels];
-      }
-      __syncthreads();
-      for (int j = 0; j < kTransposeTile; j += kTransposeRows) {
-        if (p0 + ty + j < pixels && c0 + tx < channels) dst[j * channels] = tile[tx][ty + j];
+      for (int j = 0; j < kTile; j += kTransposeRows) {
+        tile[t][ty + j][tx] = src[t * kTile + j * pixels];
       }
     }
-    __syncthreads();  // the tile is refilled for the next pixels
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+#pragma unroll
+      for (int j = 0; j < kTile; j += kTransposeRows) {
+        dst[(t * kTile + j) * channels] = tile[t][tx][ty + j];
+      }
+    }
+    return;
+  }
+  for (int t = 0; t < kTiles; ++t) {
+    for (int j = 0; j < kTile; j += kTransposeRows) {
+      if (c0 + ty + j < channels && p0 + t * kTile + tx < pixels) {
+        tile[t][ty + j][tx] = src[t * kTile + j * pixels];
+      }
+    }
+  }
+  __syncthreads();
+  for (int t = 0; t < kTiles; ++t) {
+    for (int j = 0; j < kTile; j += kTransposeRows) {
+      if (p0 + t * kTile + ty + j < pixels && c0 + tx < channels) {
+        dst[(t * kTile + j) * channels] = tile[t][tx][ty + j];
+      }
+    }
   }
 }
 
