@@ -32,6 +32,31 @@ def time_cuda(fn, repeats=60, warmup=5):
     return statistics.median(times)
 
 
+def kernel_times_us(fn, keep=lambda name: True, calls=20):
+    """Device microseconds per fn() call of each kernel (torch.profiler, L2 flushed before every
+    call), for the kernels whose profiler name passes `keep`; names shortened to the kernel's
+    ("void redet::(anonymous namespace)::scatter_kernel<...>(...)" -> "scatter_kernel").
+    The L2 flush shows as an elementwise fill kernel unless `keep` drops it. Diagnostic: the
+    profiler's own timing, not CUDA events."""
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            flush_l2()
+            fn()
+        torch.cuda.synchronize()
+    kernels = {}
+    for event in prof.key_averages():
+        total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if total <= 0 or not keep(event.key):
+            continue
+        name = event.key.split("<")[0].split("::")[-1].replace("void ", "")[:60]
+        kernels[name] = kernels.get(name, 0.0) + total / calls
+    return dict(us_per_call=kernels, total_us=sum(kernels.values()))
+
+
 def peak_extra_memory_mb(fn):
     """Peak memory allocated by fn() beyond what was allocated before it, in MB."""
     torch.cuda.synchronize()
