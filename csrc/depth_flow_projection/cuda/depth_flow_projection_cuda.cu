@@ -1,14 +1,15 @@
 // Depth-aware flow projection on CUDA.
-// Forward, three or four launches (plus one 4-byte copy when checking depth) and at most one host
-// synchronisation:
+// Forward, three launches without hole filling, five with it (plus one 4-byte copy when checking
+// depth), and at most one host synchronisation:
 // (0) one memset zeroes the accumulators (sum_x, sum_y, count, -) and the invalid-depth flag;
 // (1) scatter every source pixel into them: one 16-byte float4 atomic per target on sm_90 (DAIN
 //     issues three scalar ones), and neighbouring lanes that hit the same pixels merge their
 //     additions first; in deterministic mode 64-bit fixed point with integer atomics instead
 //     (order-independent, bitwise repeatable). The same pass flags invalid depth values;
-// (2) without hole filling one elementwise normalisation; with it the two linear sweeps of
-//     common/flow_hole_fill.h: a row pass (normalises the non-holes, left + right of the holes)
-//     and a column pass (top + bottom, the mean; short segments and per-hole work, no sweeps);
+// (2) without hole filling one elementwise normalisation; with it the row and column passes of
+//     common/flow_hole_fill.h as three kernels (hole_fill_kernels.cuh, which says why): an
+//     elementwise normalisation that also writes a 1-bit hole mask, then a row pass (left +
+//     right) and a column pass (top + bottom, the mean) that read the mask and touch only holes;
 // (3) when checking depth, the flag is copied to pinned memory right after (1); once (2) is
 //     enqueued the host waits for that copy only (the only sync, overlapping (2)) and runs the
 //     host check only if the flag is set.
@@ -23,6 +24,7 @@
 #include "common/cuda_utils.cuh"
 #include "common/flow_hole_fill.h"
 #include "common/flow_projection.h"
+#include "depth_flow_projection/cuda/hole_fill_kernels.cuh"
 #include "depth_flow_projection/depth_flow_projection.h"
 
 namespace redet {
@@ -200,297 +202,7 @@ __global__ void normalize_kernel(Slots slots_arg, int64_t batch, int64_t plane,
   }
 }
 
-// ---- hole filling, row pass (see common/flow_hole_fill.h) ---------------------------------
-// One block per row; warp w sweeps the consecutive 32-pixel chunks [begin, end) of the row. In a
-// chunk, a ballot of the non-holes gives each hole its nearest non-holes inside the chunk (the
-// closest set bits below and above its lane); holes after the chunk's last non-hole wait
-// ("pending") until a later chunk shows the run's right end. The non-holes just outside a warp's
-// segment come from the other warps' first/last non-holes, exchanged in shared memory.
-
-constexpr int kWarp = 32;
-constexpr unsigned kAllLanes = 0xffffffffu;
-constexpr int kRowWarps = 8;       // warps (row segments) per row
-
-// Row-pass blocks that must fit on one SM: the sweep is a chain of loads, so resident warps are
-// what keeps memory busy. With float sums 5 blocks (48 registers) compile without spills, where
-// ptxas alone took 64 (4 blocks); 6 would spill. 8-byte sums spill at 4 already: no minimum.
-template <typename calc_t>
-constexpr int kRowBlocksPerSM = sizeof(calc_t) == 4 ? 5 : 1;
-
-template <typename count_t, typename Slots>
-__device__ __forceinline__ bool is_non_hole(const Slots& slots, int64_t i) {
-  typename Slots::calc_type sx, sy, c;
-  slots.load(i, &sx, &sy, &c);
-  return stored_count_is_positive<count_t>(c);
-}
-
-// First / last non-hole of the row segment [begin, end) by chunks (-1: none); warp-uniform.
-template <typename count_t, typename Slots>
-__device__ __forceinline__ int first_non_hole_in_row(const Slots& slots, int64_t row, int begin, int end, int lane) {
-  for (int x0 = begin; x0 < end; x0 += kWarp) {
-    const unsigned mask = __ballot_sync(kAllLanes, x0 + lane < end && is_non_hole<count_t>(slots, row + x0 + lane));
-    if (mask != 0) return x0 + __ffs(mask) - 1;
-  }
-  return -1;
-}
-
-template <typename count_t, typename Slots>
-__device__ __forceinline__ int last_non_hole_in_row(const Slots& slots, int64_t row, int begin, int end, int lane) {
-  if (end <= begin) return -1;
-  for (int x0 = begin + (end - 1 - begin) / kWarp * kWarp; x0 >= begin; x0 -= kWarp) {
-    const unsigned mask = __ballot_sync(kAllLanes, x0 + lane < end && is_non_hole<count_t>(slots, row + x0 + lane));
-    if (mask != 0) return x0 + kWarp - 1 - __clz(mask);
-  }
-  return -1;
-}
-
-// First and last non-hole of the row segment [begin, end) (-1: none); warp-uniform. Its first and
-// last chunks are read together: one round trip when both hold a non-hole (the usual case).
-template <typename count_t, typename Slots>
-__device__ __forceinline__ void segment_non_holes(const Slots& slots, int64_t row, int begin, int end,
-                                                  int lane, int* first, int* last) {
-  *first = *last = -1;
-  if (end <= begin) return;
-  const int tail = begin + (end - 1 - begin) / kWarp * kWarp;  // the last chunk
-  const bool head_valid = begin + lane < end && is_non_hole<count_t>(slots, row + begin + lane);
-  const bool tail_valid = tail + lane < end && is_non_hole<count_t>(slots, row + tail + lane);
-  const unsigned head = __ballot_sync(kAllLanes, head_valid), tail_mask = __ballot_sync(kAllLanes, tail_valid);
-  *first = head != 0 ? begin + __ffs(head) - 1
-                     : first_non_hole_in_row<count_t>(slots, row, begin + kWarp, end, lane);
-  if (*first < 0) return;
-  *last = tail_mask != 0 ? tail + kWarp - 1 - __clz(tail_mask)
-                         : last_non_hole_in_row<count_t>(slots, row, begin, tail, lane);
-}
-
-// The value of `lane`'s pixel, read by every lane from lane `from`.
-template <typename calc_t>
-__device__ __forceinline__ NeighbourValue<calc_t> value_of_lane(bool found, calc_t x, calc_t y, int from) {
-  return {found, __shfl_sync(kAllLanes, x, from), __shfl_sync(kAllLanes, y, from)};
-}
-
-// Stores left + right into every hole of [first, end) of the row (all lanes together).
-template <typename calc_t, typename count_t, typename Slots>
-__device__ __forceinline__ void store_row_run(const Slots& slots, count_t* count, int64_t row, int first, int end,
-                              const NeighbourValue<calc_t>& left,
-                              const NeighbourValue<calc_t>& right, int lane) {
-  for (int x = first + lane; x < end; x += kWarp) store_row_partial(slots, count, row + x, left, right);
-}
-
-// One warp's sweep of [begin, end) of the row whose slot 0 is `row` (`out`: the row in the x
-// plane). before/after: the nearest non-holes outside the segment (-1: none).
-template <typename scalar_t, typename count_t, typename Slots>
-__device__ __forceinline__ void sweep_row_segment(const Slots& slots, count_t* count, scalar_t* out, int64_t plane,
-                                  int64_t row, int begin, int end, int before, int after, int lane) {
-  using calc_t = typename Slots::calc_type;
-  using Value = NeighbourValue<calc_t>;
-  Value carry = projected_value_at<calc_t>(slots, before >= 0 ? row + before : -1);  // left of the chunk
-  int pending = -1;  // first hole of a run whose right end has not been seen yet
-  // The slots of the next two chunks, loaded ahead (the sweep is a chain: two chunks in flight
-  // per warp while one is processed). A hole beyond the end reads as count 0.
-  calc_t next_x = 0, next_y = 0, next_count = 0, later_x = 0, later_y = 0, later_count = 0;
-  if (begin + lane < end) slots.load(row + begin + lane, &next_x, &next_y, &next_count);
-  if (begin + kWarp + lane < end) slots.load(row + begin + kWarp + lane, &later_x, &later_y, &later_count);
-  for (int x0 = begin; x0 < end; x0 += kWarp) {
-    const int x = x0 + lane;
-    const auto p = project_slot<count_t>(next_x, next_y, next_count);
-    next_x = later_x;
-    next_y = later_y;
-    next_count = later_count;
-    later_count = 0;
-    // Safe to load early: this iteration writes only pixels before x0 + kWarp.
-    if (x + 2 * kWarp < end) slots.load(row + x + 2 * kWarp, &later_x, &later_y, &later_count);
-    if (p.valid) {
-      out[x] = static_cast<scalar_t>(p.x);
-      out[plane + x] = static_cast<scalar_t>(p.y);
-      count[row + x] = p.count;
-    }
-    const unsigned mask = __ballot_sync(kAllLanes, p.valid);
-    if (mask == 0) {  // all holes: the run goes on
-      if (pending < 0) pending = x0;
-      continue;
-    }
-    const unsigned lower = mask & ((1u << lane) - 1u);
-    const unsigned higher = lane == kWarp - 1 ? 0u : mask & (~0u << (lane + 1));
-    const Value left = value_of_lane(lower != 0, p.x, p.y, lower != 0 ? kWarp - 1 - __clz(lower) : lane);
-    const Value right = value_of_lane(higher != 0, p.x, p.y, higher != 0 ? __ffs(higher) - 1 : lane);
-    const int first = __ffs(mask) - 1, last = kWarp - 1 - __clz(mask);
-    if (pending >= 0) {  // the run that began in an earlier chunk ends at this chunk's first non-hole
-      store_row_run(slots, count, row, pending, x0, carry, value_of_lane(true, p.x, p.y, first), lane);
-      pending = -1;
-    }
-    if (x < end && !p.valid && higher != 0) {
-      store_row_partial(slots, count, row + x, lower != 0 ? left : carry, right);
-    }
-    carry = value_of_lane(true, p.x, p.y, last);
-    const int chunk_end = min(x0 + kWarp, end);
-    if (x0 + last + 1 < chunk_end) pending = x0 + last + 1;
-  }
-  if (pending >= 0) {
-    store_row_run(slots, count, row, pending, end, carry,
-                  projected_value_at<calc_t>(slots, after >= 0 ? row + after : -1), lane);
-  }
-}
-
-template <typename scalar_t, typename count_t, typename Slots>
-__global__ void __launch_bounds__(kWarp * kRowWarps, kRowBlocksPerSM<typename Slots::calc_type>) fill_rows_kernel(Slots slots_arg, int64_t batch, int height, int width,
-                                 scalar_t* __restrict__ out, count_t* __restrict__ count) {
-  __shared__ int segment_first[kRowWarps], segment_last[kRowWarps];
-  const Slots slots = slots_arg.bind();
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-  const int chunks_per_warp = ((width + kWarp - 1) / kWarp + warps - 1) / warps;
-  const int begin = min(width, warp * chunks_per_warp * kWarp);
-  const int end = min(width, begin + chunks_per_warp * kWarp);
-  const int64_t plane = static_cast<int64_t>(height) * width;
-  for (int64_t r = blockIdx.x; r < batch * height; r += gridDim.x) {
-    const int64_t row = r * width;                // slot of (b, y, 0) = b·plane + y·width
-    scalar_t* out_row = out + (r / height) * plane + row;  // (b, 0, y, 0) of the output
-    int before = -1, after = -1;
-    if (warps > 1) {  // the non-holes around this warp's segment
-      int first, last;
-      segment_non_holes<count_t>(slots, row, begin, end, lane, &first, &last);
-      if (lane == 0) {
-        segment_first[warp] = first;
-        segment_last[warp] = last;
-      }
-      __syncthreads();
-      for (int w = warp - 1; w >= 0 && before < 0; --w) before = segment_last[w];
-      for (int w = warp + 1; w < warps && after < 0; ++w) after = segment_first[w];
-      __syncthreads();  // shared memory is reused by the next row
-    }
-    sweep_row_segment(slots, count, out_row, plane, row, begin, end, before, after, lane);
-  }
-}
-
-// ---- hole filling, column pass ------------------------------------------------------------
-// A block owns kFillColumns adjacent columns over their whole height, split into `groups` row
-// segments; thread (group g, column c) = threadIdx.x = g·kFillColumns + c. Eight 4-byte counts
-// are one 32-byte sector per row, so the reads stay sector-efficient while an image gets W/8
-// blocks (480 at 4K: more than the SMs) and each thread a segment of at most a few 32-row words
-// (the host's column_fill_layout). No loop-carried chain of loads:
-//   1. each thread loads its segment's hole masks (32 independent count loads per word) and
-//      publishes its first/last non-hole in shared memory;
-//   2. the nearest non-holes above/below its segment come from the other segments';
-//   3. each hole finds its nearest non-holes above and below by bit operations on its word's
-//      mask (or they are the ones just outside the word), and kHoleBatch holes load their partial
-//      sums and neighbours together. A non-hole costs only its count load.
-
-constexpr int kFillColumns = 8;       // columns per block
-constexpr int kMaxColumnGroups = 64;  // row segments per column
-// Holes whose loads are in flight together (float: 86 registers, no spills; 8-byte values need
-// twice the registers per hole, so fewer).
-template <typename calc_t>
-constexpr int kHoleBatch = sizeof(calc_t) == 4 ? 4 : 2;
-
-// The first non-hole of the column at or after row `from`, which must exist before `end`.
-template <typename count_t>
-__device__ __forceinline__ int first_non_hole_from(const count_t* column_count, int width, int from,
-                                                   int end) {
-  for (int y0 = from;; y0 += kWarp) {
-    const uint32_t valid = ~hole_word(column_count, width, y0, end) & word_range(end - y0);
-    if (valid != 0) return y0 + lowest_set_bit(valid);
-  }
-}
-
-// Finishes the holes of the 32-row word at y0 of one column: `holes`/`valid` are its masks,
-// top/bottom the nearest non-holes above/below the word (-1: none; bottom is only used by holes
-// after the word's last non-hole).
-template <typename scalar_t, typename count_t, typename Slots>
-__device__ __forceinline__ void fill_column_word(const Slots& slots, count_t* count, scalar_t* out_column,
-                                 int64_t plane, int64_t column, int width, int y0, uint32_t holes,
-                                 uint32_t valid, int top, int bottom) {
-  using calc_t = typename Slots::calc_type;
-  auto value_at_row = [&](int y) {
-    return projected_value_at<calc_t>(slots, y >= 0 ? column + static_cast<int64_t>(y) * width : -1);
-  };
-  constexpr int batch = kHoleBatch<calc_t>;
-  while (holes != 0) {
-    int rows[batch];
-    HoleSum<calc_t> sums[batch];
-    NeighbourValue<calc_t> above[batch], below[batch];
-#pragma unroll
-    for (int k = 0; k < batch; ++k) {  // independent loads: all in flight together
-      rows[k] = -1;
-      if (holes == 0) continue;
-      const int bit = lowest_set_bit(holes);
-      holes &= holes - 1u;
-      const uint32_t lower = valid & ((1u << bit) - 1u);
-      const uint32_t upper = valid & ~((2u << bit) - 1u);  // (2u << 31 == 0: none above bit 31)
-      rows[k] = y0 + bit;
-      sums[k] = load_row_partial<calc_t>(slots, count, column + static_cast<int64_t>(rows[k]) * width);
-      above[k] = value_at_row(lower != 0 ? y0 + highest_set_bit(lower) : top);
-      below[k] = value_at_row(upper != 0 ? y0 + lowest_set_bit(upper) : bottom);
-    }
-#pragma unroll
-    for (int k = 0; k < batch; ++k) {
-      if (rows[k] < 0) continue;
-      const int64_t offset = static_cast<int64_t>(rows[k]) * width;
-      finish_hole(sums[k], above[k], below[k], out_column + offset, plane, count + column + offset);
-    }
-  }
-}
-
-template <typename scalar_t, typename count_t, typename Slots>
-__global__ void __launch_bounds__(kFillColumns * kMaxColumnGroups) fill_columns_kernel(
-    Slots slots_arg, int64_t batch, int height, int width, int rows_per_group,
-    scalar_t* __restrict__ out, count_t* __restrict__ count) {
-  __shared__ int segment_first[kMaxColumnGroups][kFillColumns], segment_last[kMaxColumnGroups][kFillColumns];
-  const Slots slots = slots_arg.bind();
-  const int lane = threadIdx.x % kFillColumns, group = threadIdx.x / kFillColumns;
-  const int groups = blockDim.x / kFillColumns;
-  const int64_t start = static_cast<int64_t>(group) * rows_per_group;  // (int64: no overflow)
-  const int begin = start < height ? static_cast<int>(start) : height;
-  const int end = static_cast<int64_t>(begin) + rows_per_group < height ? begin + rows_per_group : height;
-  const int strips = (width + kFillColumns - 1) / kFillColumns;
-  const int64_t plane = static_cast<int64_t>(height) * width;
-  for (int64_t s = blockIdx.x; s < batch * strips; s += gridDim.x) {
-    const int64_t b = s / strips;
-    const int x = static_cast<int>(s - b * strips) * kFillColumns + lane;
-    const bool in_image = x < width;
-    const int64_t column = b * plane + x;  // slot of (b, 0, x)
-    const count_t* column_count = count + column;
-    // 1. The segment's first and last non-hole; its first word's mask is kept for step 3.
-    int first = -1, last = -1;
-    uint32_t first_word = 0;
-    for (int y0 = begin; in_image && y0 < end; y0 += kWarp) {
-      const uint32_t holes = hole_word(column_count, width, y0, end);
-      if (y0 == begin) first_word = holes;
-      const uint32_t valid = ~holes & word_range(end - y0);
-      if (valid != 0) {
-        if (first < 0) first = y0 + lowest_set_bit(valid);
-        last = y0 + highest_set_bit(valid);
-      }
-    }
-    segment_first[group][lane] = first;
-    segment_last[group][lane] = last;
-    __syncthreads();
-    // 2. The nearest non-holes outside the segment (rows grow with the group).
-    int above = -1, below = -1;
-    for (int g = group - 1; g >= 0 && above < 0; --g) above = segment_last[g][lane];
-    for (int g = group + 1; g < groups && below < 0; ++g) below = segment_first[g][lane];
-    __syncthreads();  // shared memory is reused by the next strip
-    if (!in_image) continue;
-    // 3. Word by word: `top` is the nearest non-hole above the word; the nearest one below it is
-    // searched only when a hole after the word's last non-hole needs it, and the search resumes
-    // past its last find, so every word is searched at most once.
-    scalar_t* out_column = out + b * plane + column;  // (b, 0, 0, x) of the output
-    int top = above, next_below = -1;
-    for (int y0 = begin; y0 < end; y0 += kWarp) {
-      const uint32_t in_word = word_range(end - y0);
-      const uint32_t holes = (y0 == begin ? first_word : hole_word(column_count, width, y0, end)) & in_word;
-      const uint32_t valid = ~holes & in_word;
-      if (holes != 0) {
-        const int word_end = min(end, y0 + kWarp);
-        int bottom = below;
-        if (last >= word_end && (valid == 0 || highest_set_bit(holes) > highest_set_bit(valid))) {
-          if (next_below < word_end) next_below = first_non_hole_from(column_count, width, word_end, end);
-          bottom = next_below;
-        }
-        fill_column_word(slots, count, out_column, plane, column, width, y0, holes, valid, top, bottom);
-      }
-      if (valid != 0) top = y0 + highest_set_bit(valid);
-    }
-  }
-}
+// ---- hole filling: hole_fill_kernels.cuh (normalise and mark, row pass, column pass) ----
 
 // ---- backward -----------------------------------------------------------------------------
 
@@ -562,19 +274,6 @@ int* invalid_depth_flag(const at::Tensor& acc, int64_t pixels, bool check_depth)
   return reinterpret_cast<int*>(static_cast<char*>(acc.data_ptr()) + pixels * 4 * acc.element_size());
 }
 
-// Column pass: as many row segments per column as a block allows (kMaxColumnGroups), each a
-// whole number of 32-row words, as few as possible: at most 2 words up to H = 4096 (1 up to 2048).
-struct ColumnFillLayout {
-  int groups, rows_per_group;
-};
-
-ColumnFillLayout column_fill_layout(int height) {
-  const int64_t words = (static_cast<int64_t>(height) + kWarp - 1) / kWarp;
-  const int64_t rows_per_group = (words + kMaxColumnGroups - 1) / kMaxColumnGroups * kWarp;
-  return {static_cast<int>((height + rows_per_group - 1) / rows_per_group),
-          static_cast<int>(rows_per_group)};
-}
-
 // Normalisation, or the two passes of the hole filling.
 template <typename scalar_t, typename count_t, typename Slots>
 void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool fill_holes,
@@ -588,16 +287,23 @@ void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool f
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
-  const int chunks = (io.width + kWarp - 1) / kWarp;
-  fill_rows_kernel<scalar_t, count_t><<<blocks_for(io.batch * io.height, 1),
-                                        kWarp * std::min(kRowWarps, chunks), 0, stream>>>(
-      slots, io.batch, io.height, io.width, out, count);
+  // The hole mask: one word per 32-pixel chunk of a row (hole_fill_kernels.cuh).
+  const int64_t rows = io.batch * io.height;
+  const int chunks = chunks_of(io.width);
+  const auto words = at::empty({rows * chunks}, io.count.options().dtype(at::kInt));
+  uint32_t* valid_words = reinterpret_cast<uint32_t*>(words.data_ptr<int32_t>());
+  mark_rows_kernel<scalar_t, count_t><<<blocks_for(rows * chunks * kWarp / kMarkChunksPerStep),
+                                        kThreads, 0, stream>>>(slots, rows, io.height, io.width,
+                                                               out, count, valid_words);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const ColumnFillLayout columns = column_fill_layout(io.height);
-  const int strips = (io.width + kFillColumns - 1) / kFillColumns;
-  fill_columns_kernel<scalar_t, count_t><<<blocks_for(io.batch * strips, 1),
-                                           kFillColumns * columns.groups, 0, stream>>>(
-      slots, io.batch, io.height, io.width, columns.rows_per_group, out, count);
+  const int row_groups = (chunks + kWarp - 1) / kWarp;  // 1024 pixels each
+  fill_row_holes_kernel<count_t><<<blocks_for(rows, 1), kWarp * std::min(kMaxRowWarps, row_groups),
+                                   0, stream>>>(slots, valid_words, rows, io.width, count);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const ColumnFillLayout columns = column_fill_layout<typename Slots::calc_type>(io.height);
+  fill_column_holes_kernel<scalar_t, count_t><<<blocks_for(io.batch * chunks, 1),
+                                                kWarp * columns.segments, 0, stream>>>(
+      slots, valid_words, io.batch, io.height, io.width, columns.rows_per_segment, out, count);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
