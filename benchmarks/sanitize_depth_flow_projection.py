@@ -3,8 +3,9 @@ kernel (float/double atomics and fixed-point scatter; normalisation; the hole fi
 and column pass; fill transpose, gather backward) on edge cases: 1x1, single row/column,
 everything pushed off the image (all holes), border landings, B > 1, and the large-hole cases of
 the tests on a wide image (several warps and chunks per row), a tall one (several row segments
-per column) and a very tall narrow one (column segments of several words); with and without the
-depth check (its flag), and one invalid depth.
+per column) and a very tall narrow one (column segments of several words), and exact cases on
+the fill kernels' boundaries (see test_depth_flow_projection_fill_exact.py); with and without
+the depth check (its flag), and one invalid depth.
 Usage: compute-sanitizer --tool memcheck python benchmarks/sanitize_depth_flow_projection.py"""
 import os
 import sys
@@ -13,7 +14,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import redet_plugin  # noqa: E402,F401
-from tests.test_ops._flow_hole_cases import KINDS, hole_case  # noqa: E402
+from tests.test_ops._flow_hole_cases import KINDS, exact_hole_case, hole_case  # noqa: E402
 
 
 def cases():
@@ -29,7 +30,11 @@ def cases():
     for kind in KINDS:
         yield hole_case(kind, 2, 3, 300)   # wide: 8 warps per row, 2 chunks each
         yield hole_case(kind, 1, 70, 35)   # tall: 3 row segments per column, 5 blocks of 8 columns
-        yield hole_case(kind, 2, 4200, 2)  # very tall: 44 segments of 3 words (the column lookahead)
+        yield hole_case(kind, 2, 4200, 2)  # very tall: column segments of several words
+    # the fill kernels' boundaries (hole_fill_kernels.cuh): a partial chunk / word, one row, one
+    # column, several warps per row, more word groups than warps per row, multi-word segments
+    for shape in [(2, 1, 33), (1, 33, 1), (2, 40, 1025), (1, 2, 33000), (1, 1100, 3)]:
+        yield exact_hole_case(*shape, seed=sum(shape))
 
 
 def run():

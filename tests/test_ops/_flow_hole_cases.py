@@ -33,3 +33,31 @@ def hole_case(kind, batch, height, width, seed=0, dtype=torch.float32):
         raise ValueError(kind)
     depth = 0.5 + 4 * torch.rand(batch, 1, height, width, generator=g)
     return flow.to(dtype), depth.to(dtype)
+
+
+def exact_hole_case(batch, height, width, seed=0, dtype=torch.float32):
+    """flow (t = 1) and depth whose projection is exact in any summation order, so that CUDA
+    (atomics in any order) and CPU must agree bit for bit, hole filling included: kept source pixels move by
+    whole pixels (-1, 0 or 1 each way, staying inside the image), weights are powers of two, the
+    others leave the image. Which pixels are kept is drawn per band of rows x band of columns with
+    densities 0, 2%, 30% or 100%: empty and full columns and rows, isolated non-holes, and runs of
+    holes of every length, both ways, across any segment boundary of the kernels."""
+    g = torch.Generator().manual_seed(seed)
+
+    def bands(n, longest):  # a band index per position, bands of random length 1..longest
+        lengths = torch.randint(1, longest + 1, (n,), generator=g)
+        return torch.repeat_interleave(torch.arange(n), lengths)[:n]
+
+    row_band, col_band = bands(height, 300), bands(width, 50)
+    levels = torch.randint(0, 4, (batch, height, width), generator=g)
+    density = torch.tensor([0.0, 0.02, 0.3, 1.0])[levels]
+    density = density[:, row_band][:, :, col_band]  # constant on each band x band block
+    keep = torch.rand(batch, height, width, generator=g) < density
+    ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+    shift = torch.randint(-1, 2, (batch, 2, height, width), generator=g)
+    shift[:, 0] = torch.minimum(torch.maximum(shift[:, 0], -xs), width - 1 - xs)  # stay inside
+    shift[:, 1] = torch.minimum(torch.maximum(shift[:, 1], -ys), height - 1 - ys)
+    flow = shift.float()
+    flow[:, 0] = torch.where(keep, flow[:, 0], torch.full_like(flow[:, 0], 10.0 * width + 10))
+    depth = 2.0 ** torch.randint(-1, 3, (batch, 1, height, width), generator=g).float()
+    return flow.to(dtype), depth.to(dtype)

@@ -15,8 +15,8 @@ OP = torch.ops.redet.depth_flow_projection.default
 # (batch, height, width): tiny, thin, wide (> 8 warps x 32 px per row), tall (several row
 # segments per column, several blocks of 8 columns)
 SHAPES = [(3, 1, 1), (1, 2, 67), (2, 64, 1), (1, 33, 33), (2, 21, 700), (1, 300, 45)]
-# CUDA only: the column pass gives each thread a segment of 2 (H > 2048) or 3 (H > 4096) 32-row
-# words, which these narrow images reach cheaply
+# CUDA only: the column pass gives each warp a row segment of 2 or more 32-row words (H > 1024;
+# > 512 for 8-byte sums), which these narrow images reach cheaply
 TALL_SHAPES = [(1, 2100, 3), (2, 4200, 2)]
 T = 1.0
 

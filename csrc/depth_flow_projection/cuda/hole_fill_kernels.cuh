@@ -46,6 +46,15 @@ __host__ __device__ inline int chunks_of(int width) { return (width + kWarp - 1)
 
 constexpr int kMarkChunksPerStep = 2;  // chunks a warp loads before using any (loads in flight)
 
+// a / b for 0 <= a, 0 < b: in 32 bits when both fit (64-bit division is a long subroutine, and
+// this kernel divides per pixel).
+__device__ __forceinline__ int64_t quotient(int64_t a, int64_t b) {
+  if (a <= 0xffffffffll && b <= 0xffffffffll) {
+    return static_cast<uint32_t>(a) / static_cast<uint32_t>(b);
+  }
+  return a / b;
+}
+
 // Warp = chunk: lane k is pixel 32·chunk + k of its row. rows = batch·height.
 template <typename scalar_t, typename count_t, typename Slots>
 __global__ void mark_rows_kernel(Slots slots_arg, int64_t rows, int height, int width,
@@ -62,12 +71,14 @@ __global__ void mark_rows_kernel(Slots slots_arg, int64_t rows, int height, int 
        step < total; step += kMarkChunksPerStep * warps) {  // (warp-uniform)
     calc_t sx[kMarkChunksPerStep], sy[kMarkChunksPerStep], c[kMarkChunksPerStep];
     int64_t pixel[kMarkChunksPerStep];  // slot index (b·plane + y·width + x), -1 past the row
+    int64_t image[kMarkChunksPerStep];  // b
 #pragma unroll
     for (int k = 0; k < kMarkChunksPerStep; ++k) {
       const int64_t chunk = step + k * warps;
-      const int64_t r = chunk / chunks;
+      const int64_t r = quotient(chunk, chunks);  // (b, y) of the chunk
       const int x = static_cast<int>(chunk - r * chunks) * kWarp + lane;
       pixel[k] = chunk < total && x < width ? r * width + x : -1;
+      image[k] = quotient(r, height);
       sx[k] = sy[k] = c[k] = calc_t(0);
       if (pixel[k] >= 0) slots.load(pixel[k], &sx[k], &sy[k], &c[k]);
     }
@@ -77,7 +88,7 @@ __global__ void mark_rows_kernel(Slots slots_arg, int64_t rows, int height, int 
       if (chunk >= total) break;  // (warp-uniform)
       const auto p = project_slot<count_t>(sx[k], sy[k], c[k]);  // past the row: a hole
       if (pixel[k] >= 0) {
-        const int64_t o = pixel[k] / plane * plane + pixel[k];  // (b, 0, y, x) of the output
+        const int64_t o = image[k] * plane + pixel[k];  // (b, 0, y, x) of the output
         out[o] = static_cast<scalar_t>(p.x);
         out[o + plane] = static_cast<scalar_t>(p.y);
         count[pixel[k]] = p.count;
@@ -217,8 +228,9 @@ __global__ void __launch_bounds__(kWarp * kMaxRowWarps) fill_row_holes_kernel(
 
 // ---- 3. column pass: top + bottom, the mean ---------------------------------------------------
 
-// Warps (row segments) per block. Under the 64 registers that 32 warps allow, 8-byte values
-// spill (ptxas): 16 warps for them.
+// Warps (row segments) per block. 8-byte values spill under the 64 registers/thread that 32
+// warps allow (ptxas): 16 warps for them (and __launch_bounds__'s min 1 block, without which
+// ptxas still kept them at 64 and spilled).
 template <typename calc_t>
 constexpr int kMaxColumnSegments = sizeof(calc_t) == 4 ? 32 : 16;
 
@@ -257,7 +269,8 @@ __device__ __forceinline__ void finish_column_run(const Slots& slots, count_t* c
     for (int k = 0; k < batch; ++k) {
       sums[k] = {calc_t(0), calc_t(0), 0};
       if (y + k < end) {
-        sums[k] = load_row_partial<calc_t>(slots, count, column + static_cast<int64_t>(y + k) * width);
+        const int64_t i = column + static_cast<int64_t>(y + k) * width;
+        sums[k] = load_row_partial<calc_t>(slots, count, i);
       }
     }
 #pragma unroll
@@ -272,7 +285,8 @@ __device__ __forceinline__ void finish_column_run(const Slots& slots, count_t* c
 // Column pass. Block = one 32-column strip (chunk) of one image, warp s = rows
 // [s·rows_per_segment, (s+1)·rows_per_segment), lane = column; grid-stride over batch·chunks.
 template <typename scalar_t, typename count_t, typename Slots>
-__global__ void __launch_bounds__(kWarp * kMaxColumnSegments<typename Slots::calc_type>, 1) fill_column_holes_kernel(
+__global__ void __launch_bounds__(kWarp * kMaxColumnSegments<typename Slots::calc_type>, 1)
+fill_column_holes_kernel(
     Slots slots_arg, const uint32_t* __restrict__ valid_words, int64_t batch, int height,
     int width, int rows_per_segment, scalar_t* __restrict__ out, count_t* __restrict__ count) {
   constexpr int kSegments = kMaxColumnSegments<typename Slots::calc_type>;
@@ -282,7 +296,8 @@ __global__ void __launch_bounds__(kWarp * kMaxColumnSegments<typename Slots::cal
   const int segments = blockDim.x / kWarp;
   const int64_t start = static_cast<int64_t>(segment) * rows_per_segment;  // (int64: no overflow)
   const int begin = start < height ? static_cast<int>(start) : height;
-  const int end = static_cast<int64_t>(begin) + rows_per_segment < height ? begin + rows_per_segment : height;
+  const int end = static_cast<int64_t>(begin) + rows_per_segment < height ? begin + rows_per_segment
+                                                                          : height;
   const int chunks = chunks_of(width);
   const int64_t plane = static_cast<int64_t>(height) * width;
   for (int64_t s = blockIdx.x; s < batch * chunks; s += gridDim.x) {
@@ -294,7 +309,8 @@ __global__ void __launch_bounds__(kWarp * kMaxColumnSegments<typename Slots::cal
     // Hole bits of this lane's column for rows y0 + k (k < 32); rows from `end` on are not
     // loaded (callers mask them off).
     auto column_holes = [&](int y0) -> uint32_t {
-      const uint32_t row_valid = y0 + lane < end ? strip[static_cast<int64_t>(y0 + lane) * chunks] : 0u;
+      const int y = y0 + lane;
+      const uint32_t row_valid = y < end ? strip[static_cast<int64_t>(y) * chunks] : 0u;
       const uint32_t valid = transpose_bits(row_valid, lane);
       return in_image ? ~valid : 0u;
     };

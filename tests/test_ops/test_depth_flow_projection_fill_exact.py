@@ -1,0 +1,59 @@
+"""Hole filling bit for bit: on projections that are exact in any summation order
+(_flow_hole_cases.exact_hole_case) the CPU kernel, the plain reference and the CUDA kernels (atomics
+or fixed point) must give identical outputs and counts. The CUDA shapes cross every boundary of the
+CUDA fill kernels (csrc/depth_flow_projection/cuda/hole_fill_kernels.cuh): partial 32-pixel chunks
+and 32-row words, rows of one and of several 1024-pixel word groups per warp, several warps per
+row, column segments of one to several words (float and 8-byte layouts differ), H = 1, W = 1."""
+import pytest
+import torch
+
+from tests.test_ops._flow_hole_cases import exact_hole_case
+from tests.test_ops._reference import depth_flow_projection_reference
+from tests.test_ops.test_depth_flow_projection import CUDA, OP
+# H in (1, 31, 33, 4097) x W in (1, 33, 100), then: several warps per row (W > 1024), more word
+# groups than warps per row (W > 32768), column segments of 2-5 words (H > 1024)
+CUDA_SHAPES = [(2, h, w) for h in (1, 31, 33, 4097) for w in (1, 33, 100)] + [
+    (2, 40, 1025), (1, 9, 2049), (2, 2, 33000), (1, 1, 70000), (2, 1100, 3), (1, 5000, 40)]
+
+
+def fill(flow, depth):
+    return OP(flow, depth, 1.0, False, True, True)
+
+
+def assert_identical(ours, expected, what):
+    for a, b, name in zip(ours, expected, ("output", "count")):
+        assert a.dtype == b.dtype and torch.equal(a.cpu(), b.cpu()), f"{what}: {name} differs"
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 1), (2, 31, 33), (1, 300, 45), (2, 70, 1025)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cpu_matches_reference_bitwise(shape, dtype):
+    flow, depth = exact_hole_case(*shape, seed=shape[1], dtype=dtype)
+    out, count = fill(flow, depth)
+    assert_identical((out, count), depth_flow_projection_reference(flow, depth, 1.0, True), shape)
+    if shape[1] * shape[2] > 1:  # the case is what it claims: holes and non-holes
+        assert bool((count < 0).any()) and bool((count > 0).any())
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_matches_cpu_bitwise(dtype):
+    for shape in CUDA_SHAPES:
+        flow, depth = exact_hole_case(*shape, seed=sum(shape), dtype=dtype)
+        assert_identical(fill(flow.cuda(), depth.cuda()), fill(flow, depth), shape)
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_deterministic_matches_cpu_float64_bitwise(dtype):
+    """Deterministic mode sums in fixed point and fills in double (exact sums here): the CPU's
+    float64 result, rounded once to the input's dtype."""
+    for shape in CUDA_SHAPES:
+        flow, depth = exact_hole_case(*shape, seed=sum(shape), dtype=dtype)
+        expected = [x.to(dtype) for x in fill(flow.double(), depth.double())]
+        torch.use_deterministic_algorithms(True)
+        try:
+            ours = fill(flow.cuda(), depth.cuda())
+        finally:
+            torch.use_deterministic_algorithms(False)
+        assert_identical(ours, expected, shape)
