@@ -13,12 +13,10 @@
 //      hole adds the run's top and bottom values to its partial sum, divides by the number of
 //      directions found and writes output and count = −found.
 // The sum (((left + right) + top) + bottom) / found is the same as that of the plain walk, and
-// each pixel is read a bounded number of times whatever the holes look like. On CUDA the row
-// pass is warp-cooperative (coalesced along the row); the column pass gives each thread a short
-// segment of one column (8 adjacent columns per block, coalesced across threads) and each hole
-// finds its top and bottom by bit operations on 32-row hole masks, so holes are finished in
-// parallel (load_row_partial + finish_hole) rather than run by run. Both passes split long lines
-// into segments whose bounding non-holes are exchanged through shared memory (see the kernels).
+// each pixel is read a bounded number of times whatever the holes look like. On CUDA both passes
+// find the holes and their neighbours on a 1-bit hole mask (warp ballots, scans and a bit
+// transpose; csrc/depth_flow_projection/cuda/hole_fill_kernels.cuh), so only holes touch the
+// accumulators; the arithmetic is these functions, so CPU and CUDA agree bit for bit.
 //
 // Accumulator slots: `Slots` gives load(i, &sum_x, &sum_y, &count) for pixel i (batch-flat) and
 // store_partial/load_partial for a hole's partial sum (a hole's accumulated sums are unused).
