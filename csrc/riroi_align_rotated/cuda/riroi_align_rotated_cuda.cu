@@ -103,6 +103,9 @@ REDET_HOST_DEVICE int chunk_lanes(int num_orientations) {
   return (kWarp / num_orientations) * num_orientations;
 }
 
+template <typename scalar_t>
+using acc_of_t = at::opmath_type<scalar_t>;
+
 // Feature reads through the read-only data cache (the table of levels hides __restrict__).
 __device__ __forceinline__ float load_feature(const float* p) { return __ldg(p); }
 __device__ __forceinline__ double load_feature(const double* p) { return __ldg(p); }
@@ -148,41 +151,92 @@ struct alignas(16) SharedTaps {
   acc_t weight[4];
 };
 
-// With a fixed grid of kSamples samples per bin the lanes first compute the taps of
-// 32 / kSamples bins together (one sample each, in shared memory) instead of every lane
-// computing every sample: the geometry costs ~1/32 of the instructions. A bin then reads its
-// taps (broadcast), issues all 4 * kSamples loads (independent, predicated), and sums them in the
-// CPU kernel's order.
-template <int kSamples, typename scalar_t, typename acc_t>
-__device__ __forceinline__ acc_t shared_taps_bin_sum(const SharedTaps<acc_t>* taps,
-                                                     const scalar_t* __restrict__ map, bool active) {
-  const char* lane_bytes = reinterpret_cast<const char*>(map);
-  SharedTaps<acc_t> t[kSamples];
-#pragma unroll
-  for (int s = 0; s < kSamples; ++s) t[s] = taps[s];
-  acc_t v[kSamples][4];
-#pragma unroll
-  for (int s = 0; s < kSamples; ++s) {
-    const bool read = active && t[s].byte_offset[0] >= 0;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const auto* p = reinterpret_cast<const scalar_t*>(lane_bytes + t[s].byte_offset[q]);
-      v[s][q] = read ? static_cast<acc_t>(load_feature(p)) : acc_t(0);
-    }
-  }
-  acc_t sum = acc_t(0);
-#pragma unroll
-  for (int s = 0; s < kSamples; ++s) {
-    if (t[s].byte_offset[0] < 0) continue;
-    sum += t[s].weight[0] * v[s][0] + t[s].weight[1] * v[s][1] + t[s].weight[2] * v[s][2] +
-           t[s].weight[3] * v[s][3];
-  }
-  return sum;
-}
+// The fixed-grid forward's taps of one sample, computed by one lane and read by the whole warp
+// (shared memory: one 16-byte read for the offsets, one for the float weights). The offsets are
+// 32-bit byte offsets into the image (the host checks that an image is under 4 GB): a load then
+// costs one 32 + 64-bit add, and a sample half the registers of the backward's 64-bit SharedTaps.
+constexpr uint32_t kOffMap = 0xffffffffu;  // byte_offset[0]: the sample reads nothing
+
+template <typename acc_t>
+struct alignas(16) ByteTaps {
+  uint32_t byte_offset[4];
+  acc_t weight[4];
+};
 
 // Lane `lane` computes sample lane % kSamples (row-major in the bin's grid) of bin
-// first + lane / kSamples. element_t: the words of the channels-last buffer the byte offsets
-// address (the features in the forward, the scratch in the backward).
+// first + lane / kSamples; lanes of bins past the last write an off-map entry, which the
+// forward's bin steps (fixed_grid_bin_sums) read when a pass has an odd number of bins.
+// pixel_bytes: channels * element size.
+template <int kGrid, typename acc_t>
+__device__ __forceinline__ void compute_byte_taps(const RiRoIGeometry<acc_t>& g, int first,
+                                                  int bins, int out_w, int height, int width,
+                                                  uint32_t pixel_bytes, int lane,
+                                                  ByteTaps<acc_t>* taps) {
+  constexpr int kSamples = kGrid * kGrid;
+  if (lane >= (kWarp / kSamples) * kSamples) return;
+  const int bin = first + lane / kSamples, s = lane % kSamples;
+  BilinearTaps<acc_t> t;
+  ByteTaps<acc_t> entry{};
+  if (bin < bins &&
+      sample_taps(g, bin / out_w, bin % out_w, s / kGrid, s % kGrid, height, width, &t)) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      entry.byte_offset[q] = static_cast<uint32_t>(t.offset[q]) * pixel_bytes;
+      entry.weight[q] = t.weight[q];
+    }
+  } else {
+    entry.byte_offset[0] = kOffMap;
+  }
+  taps[lane] = entry;
+}
+
+template <typename scalar_t>
+__device__ __forceinline__ acc_of_t<scalar_t> load_at(const char* lane_map, uint32_t byte_offset) {
+  return static_cast<acc_of_t<scalar_t>>(
+      load_feature(reinterpret_cast<const scalar_t*>(lane_map + byte_offset)));
+}
+
+// Sums of kBins consecutive bins (kSamples taps each, from compute_byte_taps) of the lane's
+// channel. All their loads are issued before any is used: ncu saw the one-bin-at-a-time loop
+// latency-bound (16 loads in flight per warp, 0.82 eligible warps per scheduler, 10.35 cycles per
+// issued instruction; a float16 map, half the bytes, was only 7% faster), so kBins = 2 doubles the
+// loads in flight. Off-map samples are skipped (warp-uniform) as in the CPU kernel, whose
+// expression and order each bin's sum keeps.
+template <int kBins, int kSamples, typename scalar_t, typename acc_t>
+__device__ __forceinline__ void fixed_grid_bin_sums(const ByteTaps<acc_t>* taps,
+                                                    const char* lane_map, acc_t (&sums)[kBins]) {
+  constexpr int kTaps = kBins * kSamples;
+  acc_t v[kTaps][4];
+  bool on_map[kTaps];
+#pragma unroll
+  for (int s = 0; s < kTaps; ++s) {
+    const uint4 offset = *reinterpret_cast<const uint4*>(taps[s].byte_offset);
+    on_map[s] = offset.x != kOffMap;
+    if (on_map[s]) {
+      v[s][0] = load_at<scalar_t>(lane_map, offset.x);
+      v[s][1] = load_at<scalar_t>(lane_map, offset.y);
+      v[s][2] = load_at<scalar_t>(lane_map, offset.z);
+      v[s][3] = load_at<scalar_t>(lane_map, offset.w);
+    }
+  }
+#pragma unroll
+  for (int b = 0; b < kBins; ++b) {
+    acc_t sum = acc_t(0);
+#pragma unroll
+    for (int i = 0; i < kSamples; ++i) {
+      const int s = b * kSamples + i;
+      if (!on_map[s]) continue;
+      const ByteTaps<acc_t>& t = taps[s];
+      sum += t.weight[0] * v[s][0] + t.weight[1] * v[s][1] + t.weight[2] * v[s][2] +
+             t.weight[3] * v[s][3];
+    }
+    sums[b] = sum;
+  }
+}
+
+// The backward's taps (the forward's fixed grid has compute_byte_taps): lane `lane` computes
+// sample lane % kSamples (row-major in the bin's grid) of bin first + lane / kSamples. element_t:
+// the words of the channels-last scratch the byte offsets address.
 template <int kGrid, typename element_t, typename acc_t>
 __device__ __forceinline__ void compute_shared_taps(const RiRoIGeometry<acc_t>& g, int first,
                                                     int bins, int out_w, int height, int width,
@@ -210,7 +264,8 @@ __device__ __forceinline__ void compute_shared_taps(const RiRoIGeometry<acc_t>& 
 // warps. Every branch on the work item is warp-uniform, so the full-warp shuffles and __syncwarp
 // see all 32 lanes.
 // kGrid: 2 when num_samples == 2 (fixed grid, taps shared through shared memory), 0 for any other
-// (or adaptive) grid, where every lane walks the samples itself.
+// (or adaptive) grid, where every lane walks the samples itself. The fixed grid needs every
+// image under 4 GB (32-bit byte offsets, ByteTaps); the host checks.
 template <typename scalar_t, int kGrid>
 __global__ void __launch_bounds__(kWarp * channels_last_warps_per_block<scalar_t>(), 3)
 forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> levels,
@@ -224,15 +279,16 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
   // raw bytes: c10::Half / BFloat16 have constructors, which __shared__ arrays may not have
   __shared__ __align__(16) unsigned char tile_memory[kWarps * ChannelTile<scalar_t>::elements() *
                                                      sizeof(scalar_t)];
-  __shared__ SharedTaps<acc_t> shared_taps[kWarps][kGrid > 0 ? kWarp : 1];
+  __shared__ ByteTaps<acc_t> shared_taps[kWarps][kGrid > 0 ? kWarp : 1];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   ChannelTile<scalar_t> tile(reinterpret_cast<scalar_t*>(tile_memory) +
                              warp * ChannelTile<scalar_t>::elements());
-  SharedTaps<acc_t>* taps = shared_taps[warp];
+  ByteTaps<acc_t>* taps = shared_taps[warp];
   const int num_o = opt.num_orientations, bins = opt.out_h * opt.out_w;
   const int lanes = chunk_lanes(num_o);
   const int chunks = (channels + lanes - 1) / lanes;
   const int orientation = lane % num_o, group_lane = lane - orientation;  // lane of orientation 0
+  const uint32_t pixel_bytes = static_cast<uint32_t>(channels * sizeof(scalar_t));  // kGrid > 0
   const int64_t items = num_rois * chunks;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp; item < items;
        item += static_cast<int64_t>(gridDim.x) * kWarps) {
@@ -256,8 +312,9 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
     const int main_lane = group_lane + main_source(orientation, g.shift, num_o);
     const int side_lane = group_lane + neighbour_source(orientation, g.shift, num_o, opt.legacy);
     const acc_t keep = acc_t(1) - g.frac;
-    const scalar_t* map = levels.data[l] +
-                          static_cast<int64_t>(n) * height * width * channels + chunk_start + lane;
+    const scalar_t* chunk_map =
+        levels.data[l] + static_cast<int64_t>(n) * height * width * channels + chunk_start;
+    const scalar_t* map = chunk_map + lane;
     scalar_t* out = output + (k * channels + chunk_start) * bins;
     // v: this lane's channel summed over the bin's samples -> orientation alignment -> tile
     auto emit = [&](int bin, acc_t v) {
@@ -270,13 +327,26 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
       }
     };
     if constexpr (kGrid > 0) {
-      constexpr int kBinsPerPass = kWarp / kSamples;
+      constexpr int kBinsPerPass = kWarp / kSamples, kBinsPerStep = 2;
+      static_assert(kBinsPerPass % kBinsPerStep == 0, "a step's bins lie in one pass");
+      // Lanes past the chunk's channels read their chunk's last channel (loads need no lane
+      // predicate; the same 128-byte line): their results only reach lanes of their own
+      // (inactive) groups or of no group, and the tile stores only chunk_channels rows.
+      const char* lane_map =
+          reinterpret_cast<const char*>(chunk_map + min(lane, chunk_channels - 1));
       for (int first = 0; first < bins; first += kBinsPerPass) {
-        compute_shared_taps<kGrid, scalar_t>(g, first, bins, opt.out_w, height, width, channels, lane, taps);
+        compute_byte_taps<kGrid>(g, first, bins, opt.out_w, height, width, pixel_bytes, lane,
+                                 taps);
         __syncwarp();
         const int pass_bins = min(kBinsPerPass, bins - first);
-        for (int j = 0; j < pass_bins; ++j) {
-          emit(first + j, shared_taps_bin_sum<kSamples>(taps + j * kSamples, map, active));
+        for (int j = 0; j < pass_bins; j += kBinsPerStep) {
+          acc_t sums[kBinsPerStep];
+          fixed_grid_bin_sums<kBinsPerStep, kSamples, scalar_t>(taps + j * kSamples, lane_map,
+                                                                sums);
+#pragma unroll
+          for (int b = 0; b < kBinsPerStep; ++b) {
+            if (j + b < pass_bins) emit(first + j + b, sums[b]);
+          }
         }
         __syncwarp();  // the next pass rewrites the taps
       }
@@ -593,7 +663,15 @@ void launch_forward_channels_last(const FeatureLevels<scalar_t, at::opmath_type<
   const int lanes = chunk_lanes(opt.num_orientations);
   const int64_t warps = num_rois * ((channels + lanes - 1) / lanes);
   const int blocks = blocks_for(warps * kWarp, threads);
-  if (opt.num_samples == 2) {  // ReDet's setting: the unrolled 2 x 2 grid
+  // ReDet's setting: the unrolled 2 x 2 grid, whose 32-bit byte offsets need every image under
+  // 4 GB (any real map; the general kernel computes the same values otherwise).
+  bool images_fit_32_bits = true;
+  for (int l = 0; l < table.count; ++l) {
+    const uint64_t image_bytes = static_cast<uint64_t>(table.height[l]) * table.width[l] *
+                                 static_cast<uint64_t>(channels) * sizeof(scalar_t);
+    images_fit_32_bits = images_fit_32_bits && image_bytes <= UINT32_MAX;
+  }
+  if (opt.num_samples == 2 && images_fit_32_bits) {
     forward_channels_last_kernel<scalar_t, 2><<<blocks, threads, 0, stream>>>(
         table, rois, roi_levels, num_rois, channels, batch_size, opt, out);
   } else {
