@@ -9,8 +9,9 @@
 // every bilinear tap is one coalesced request: 32 adjacent channels of one pixel. (On NCHW maps one
 // thread per bin makes the 32 lanes of a warp read 32 different bins: ~32 sectors per request, 4
 // useful bytes each.) With num_samples == 2 the lanes compute the taps of 8 bins at once (one
-// sample each) and share them through shared memory instead of each lane repeating the geometry;
-// any other grid is walked by every lane (warp-uniform). The orientation alignment needs two other
+// sample each) and share them through shared memory instead of each lane repeating the geometry,
+// then issue two bins' 32 loads before using any (fixed_grid_bin_sums: the kernel is
+// latency-bound); any other grid is walked by every lane (warp-uniform). The orientation alignment needs two other
 // channels of the lane's own group: two warp shuffles per bin. Outputs are (K, C, bins) with bins
 // contiguous: a ChannelTile (csrc/common/cuda/channel_tile.cuh) transposes them in shared memory so
 // that the stores are coalesced too. nO > 32 (a group wider than a warp) keeps a plain NCHW kernel,
