@@ -64,7 +64,7 @@ inline void check_spatial_scales(at::ArrayRef<double> scales, size_t num_levels,
 }
 
 // levels: (K,) int64 level index of each RoI; its values, in [0, num_levels), are checked with the
-// rois' (check_riroi_roi_values, or the CUDA backend's DeferredRoiCheck).
+// rois' (check_roi_values_cpu, or the CUDA backend's DeferredRoiCheck).
 inline void check_roi_levels(const at::Tensor& levels, const at::Tensor& rois, const char* op) {
   TORCH_CHECK(levels.dim() == 1 && levels.size(0) == rois.size(0), op,
               ": levels must have shape (K,) = (", rois.size(0), ",), got ", levels.sizes());

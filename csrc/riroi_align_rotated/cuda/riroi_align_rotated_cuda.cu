@@ -86,7 +86,9 @@ __device__ __forceinline__ bool roi_level_and_image(const scalar_t* roi, const i
 // Work items (RoI, channel chunk) of the channels-last kernels go chunk-major: item = chunk *
 // num_rois + RoI. The warps in flight then share one chunk's channels of every pixel (training
 // shape: 2 x 256^2 pixels x 128 B = 17 MB, L2-resident) instead of all channels of the RoIs in
-// flight, whose footprints far exceed L2 (ncu, RoI-major: 3.3x the map's bytes read from DRAM).
+// flight, whose footprints far exceed L2 (ncu, RoI-major forward: 3.3x the map's bytes read from
+// DRAM). On an H200 the backward's atomics went from 0.587 to 0.48-0.50 ms; the forward stayed at
+// ~0.18 ms (it is bound by its L1/L2 requests, not by DRAM).
 __device__ __forceinline__ int chunk_of_item(int64_t item, int64_t num_rois) {
   return static_cast<int>(item / num_rois);
 }

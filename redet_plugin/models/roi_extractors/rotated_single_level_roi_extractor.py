@@ -63,7 +63,7 @@ class RotatedSingleRoIExtractor(BaseRoIExtractor):
         """
         w, h = rois[:, 3], rois[:, 4]
         if w.element_size() < 4:  # fp16 w*h overflows beyond sqrt(65504) = 256 px
-            w, h = w.float(), h.float()
+            w = w.float()  # (h is promoted inside the product: one cast, not two)
         area = w * h
         return torch.bucketize(area, self._level_thresholds(num_levels, area), right=True)
 
