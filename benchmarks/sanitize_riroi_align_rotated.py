@@ -1,7 +1,7 @@
 """Small RiRoIAlignRotated runs for compute-sanitizer (memcheck, racecheck): every CUDA kernel on
 edge cases. Forward: the channels-last kernel (fixed 2 x 2 grid and any grid; NCHW and
 channels-last input; chunks that fill a warp, leave lanes idle, or end part-way; the fixed grid's
-bin counts that end a pass of 8 bins with one bin) and the NCHW
+bin parts per warp and passes of 8 bins that end with one bin) and the NCHW
 kernel of nO > 32; fast and deterministic backward: the channels-last scatter (both grids, grad
 tiles of 32 bins with a partial last tile, idle lanes) with its channels-last -> NCHW conversion,
 and the older scatter of nO > 32; multi-level with mixed layouts.
@@ -58,15 +58,16 @@ def run_backward(dtype, batch, height, width, rois, nO, fields, grids, determini
         torch.use_deterministic_algorithms(False)
 
 
-# The fixed 2 x 2 grid's forward takes its bins two at a time out of passes of 8 bins: bin counts
-# that end a pass with one bin (1, 9, 15, 49) read the off-map taps written past the last bin.
-FIXED_GRID_SIZES = [(1, 1), (3, 3), (5, 3), (2, 4), (7, 7)]
+# The forward gives each warp a part of <= 32 of a RoI's bins (49 -> 25 + 24, 64 -> 32 + 32,
+# 81 -> 3 x 27); the fixed 2 x 2 grid takes a part's bins two at a time out of passes of 8 bins:
+# parts that end a pass with one bin (1, 9, 15, 25, 27) read the off-map taps written past it.
+FIXED_GRID_SIZES = [(1, 1), (3, 3), (5, 3), (2, 4), (7, 7), (8, 8), (9, 9)]
 
 
-def run_fixed_grid_forward(dtype):
-    """Forward with num_samples = 2 (the fixed-grid kernel): odd bin counts, lanes past the chunk's
-    channels (C = 20 with nO = 4, C = 66 with nO = 6, C = 40 with nO = 1), both layouts, 1 x 1 maps
-    and RoIs partly or wholly off the map."""
+def run_bin_parts_forward(dtype):
+    """Forward with num_samples = 2 (the fixed-grid kernel; and 81 bins on any grid): bin parts,
+    passes ending with one bin, lanes past the chunk's channels (C = 20 with nO = 4, C = 66 with
+    nO = 6, C = 40 with nO = 1), both layouts, 1 x 1 maps and RoIs partly or wholly off the map."""
     for batch, height, width, rois in SPATIAL_CASES:
         boxes = torch.tensor(rois, device="cuda", dtype=dtype).reshape(-1, 6)
         for nO, fields in ((4, 5), (6, 11), (1, 40)):
@@ -75,6 +76,8 @@ def run_fixed_grid_forward(dtype):
                 for output_size in FIXED_GRID_SIZES:
                     riroi_align_rotated(x.contiguous(memory_format=layout), boxes, output_size,
                                         0.5, 2, nO, True)
+                # the any grid splits its bins into the same parts
+                riroi_align_rotated(x.contiguous(memory_format=layout), boxes, (9, 9), 0.5, 0, nO)
 
 
 def run_multilevel(dtype):
@@ -135,7 +138,7 @@ def run():
                 run_backward(dtype, batch, height, width, rois, nO, fields,
                              grids=BACKWARD_GRIDS[variant % 2],
                              deterministic=bool((variant // 2) % 2))
-        run_fixed_grid_forward(dtype)
+        run_bin_parts_forward(dtype)
         run_multilevel(dtype)
     torch.cuda.synchronize()
     print("sanitize_riroi_align_rotated: done")

@@ -672,19 +672,21 @@ def test_cuda_edge_cases(dtype):
                                            rtol=ORDER_RTOL[dtype], atol=CUDA_FORWARD_ATOL[dtype])
 
 
-# The fixed 2 x 2 grid's forward takes bins two at a time out of passes of 8 bins: 1, 9, 15 and 49
-# bins end a pass with a single bin (its partner reads off-map taps), 2, 16 and 42 do not.
-FIXED_GRID_SIZES = [(1, 1), (1, 2), (3, 3), (5, 3), (4, 4), (6, 7), (7, 7)]
+# The forward splits a RoI's bins into parts of <= 32 per warp (49 -> 25 + 24, 33 -> 17 + 16,
+# 64 -> 32 + 32, 81 -> 3 x 27), and the fixed 2 x 2 grid takes a part's bins two at a time out of
+# passes of 8: 1, 9, 15 and 25 bins end a pass with a single bin (its partner reads off-map taps).
+FIXED_GRID_SIZES = [(1, 1), (1, 2), (3, 3), (5, 3), (4, 4), (6, 7), (7, 7), (11, 3), (8, 8), (9, 9)]
 
 
 @CUDA
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("fields, nO", [(4, 8), (11, 6), (5, 4), (3, 16), (40, 1)])
-def test_cuda_fixed_grid_bin_steps_match_cpu(dtype, fields, nO):
+def test_cuda_bin_parts_and_steps_match_cpu(dtype, fields, nO):
     x, rois = make_case(29, dtype, nO=nO, fields=fields, h=11, w=9, k=24)
     xg, rois_g = x.cuda(), rois.cuda()
-    for output_size in FIXED_GRID_SIZES:
-        kwargs = dict(output_size=output_size, nO=nO, num_samples=2, clockwise=True)
+    for index, output_size in enumerate(FIXED_GRID_SIZES):
+        num_samples = 2 if index % 3 else 0  # the any-grid kernel splits its bins the same way
+        kwargs = dict(output_size=output_size, nO=nO, num_samples=num_samples, clockwise=True)
         expected = call(x, rois, **kwargs)
         nchw = call(xg, rois_g, **kwargs)
         assert torch.equal(call(channels_last(xg), rois_g, **kwargs), nchw)

@@ -167,12 +167,12 @@ struct alignas(16) ByteTaps {
 };
 
 // Lane `lane` computes sample lane % kSamples (row-major in the bin's grid) of bin
-// first + lane / kSamples; lanes of bins past the last write an off-map entry, which the
-// forward's bin steps (fixed_grid_bin_sums) read when a pass has an odd number of bins.
-// pixel_bytes: channels * element size.
+// first + lane / kSamples; lanes of bins from `end` on (past the warp's bins) write an off-map
+// entry, which the forward's bin steps (fixed_grid_bin_sums) read when a pass has an odd number of
+// bins. pixel_bytes: channels * element size.
 template <int kGrid, typename acc_t>
 __device__ __forceinline__ void compute_byte_taps(const RiRoIGeometry<acc_t>& g, int first,
-                                                  int bins, int out_w, int height, int width,
+                                                  int end, int out_w, int height, int width,
                                                   uint32_t pixel_bytes, int lane,
                                                   ByteTaps<acc_t>* taps) {
   constexpr int kSamples = kGrid * kGrid;
@@ -180,7 +180,7 @@ __device__ __forceinline__ void compute_byte_taps(const RiRoIGeometry<acc_t>& g,
   const int bin = first + lane / kSamples, s = lane % kSamples;
   BilinearTaps<acc_t> t;
   ByteTaps<acc_t> entry{};
-  if (bin < bins &&
+  if (bin < end &&
       sample_taps(g, bin / out_w, bin % out_w, s / kGrid, s % kGrid, height, width, &t)) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -263,8 +263,15 @@ __device__ __forceinline__ void compute_shared_taps(const RiRoIGeometry<acc_t>& 
   taps[lane] = entry;
 }
 
-// One warp per (RoI, channel chunk), flattened chunk-major (chunk_of_item), grid-stride over
-// warps. Every branch on the work item is warp-uniform, so the full-warp shuffles and __syncwarp
+// The forward splits a (RoI, chunk)'s bins into parts of at most 32 (one ChannelTile), as equal
+// as can be: 7 x 7 bins -> 25 + 24. A warp with all 49 bins of the training shape (2 x 256^2 x 256
+// map, 1024 RoIs) ran ~1/2.6 of the kernel's 165 us: 8192 items on 3168 warp slots, so the last
+// round left most slots idle, and a block holds its slot until its slowest warp is done. Parts of
+// half the length halve that tail for one more RoI geometry per part.
+REDET_HOST_DEVICE int bin_parts(int bins) { return (bins + kWarp - 1) / kWarp; }
+
+// One warp per (RoI, channel chunk, bin part), flattened chunk-major (chunk_of_item) with the part
+// fastest, grid-stride over warps. Every branch on the work item is warp-uniform, so the full-warp shuffles and __syncwarp
 // see all 32 lanes.
 // kGrid: 2 when num_samples == 2 (fixed grid, taps shared through shared memory), 0 for any other
 // (or adaptive) grid, where every lane walks the samples itself. The fixed grid needs every
@@ -292,13 +299,18 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
   const int chunks = (channels + lanes - 1) / lanes;
   const int orientation = lane % num_o, group_lane = lane - orientation;  // lane of orientation 0
   const uint32_t pixel_bytes = static_cast<uint32_t>(channels * sizeof(scalar_t));  // kGrid > 0
-  const int64_t items = num_rois * chunks;
+  const int parts = bin_parts(bins), part_bins = (bins + parts - 1) / parts;
+  const int64_t items = num_rois * chunks * parts;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp; item < items;
        item += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const int64_t k = item % num_rois;  // chunk-major: see chunk_of_item
-    const int chunk_start = chunk_of_item(item, num_rois) * lanes;
+    const int64_t roi_item = item / parts;
+    const int64_t k = roi_item % num_rois;  // chunk-major: see chunk_of_item
+    const int chunk_start = chunk_of_item(roi_item, num_rois) * lanes;
     const int chunk_channels = min(lanes, channels - chunk_start);
     const bool active = lane < chunk_channels;
+    // this warp's bins: [begin, end), at most 32 (parts of <= 32 bins; never empty)
+    const int begin = static_cast<int>(item % parts) * part_bins;
+    const int end = min(bins, begin + part_bins);
     const scalar_t* roi = rois + k * 6;
     int l, n;
     if (!roi_level_and_image(roi, roi_levels, k, levels.count, batch_size, &l, &n)) continue;
@@ -323,11 +335,9 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
     auto emit = [&](int bin, acc_t v) {
       const acc_t main = __shfl_sync(kFullWarpMask, v, main_lane);
       const acc_t side = __shfl_sync(kFullWarpMask, v, side_lane);
-      const int slot = bin % kWarp;
+      const int slot = bin - begin;  // < 32: the part fits the tile
       tile.put(lane, slot, static_cast<scalar_t>((keep * main + g.frac * side) / g.count));
-      if (slot == kWarp - 1 || bin == bins - 1) {
-        tile.store(out + (bin - slot), chunk_channels, slot + 1, bins, lane);
-      }
+      if (bin == end - 1) tile.store(out + begin, chunk_channels, slot + 1, bins, lane);
     };
     if constexpr (kGrid > 0) {
       constexpr int kBinsPerPass = kWarp / kSamples, kBinsPerStep = 2;
@@ -337,11 +347,11 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
       // (inactive) groups or of no group, and the tile stores only chunk_channels rows.
       const char* lane_map =
           reinterpret_cast<const char*>(chunk_map + min(lane, chunk_channels - 1));
-      for (int first = 0; first < bins; first += kBinsPerPass) {
-        compute_byte_taps<kGrid>(g, first, bins, opt.out_w, height, width, pixel_bytes, lane,
+      for (int first = begin; first < end; first += kBinsPerPass) {
+        compute_byte_taps<kGrid>(g, first, end, opt.out_w, height, width, pixel_bytes, lane,
                                  taps);
         __syncwarp();
-        const int pass_bins = min(kBinsPerPass, bins - first);
+        const int pass_bins = min(kBinsPerPass, end - first);
         for (int j = 0; j < pass_bins; j += kBinsPerStep) {
           acc_t sums[kBinsPerStep];
           fixed_grid_bin_sums<kBinsPerStep, kSamples, scalar_t>(taps + j * kSamples, lane_map,
@@ -354,11 +364,9 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
         __syncwarp();  // the next pass rewrites the taps
       }
     } else {
-      int bin = 0;
-      for (int ph = 0; ph < opt.out_h; ++ph) {
-        for (int pw = 0; pw < opt.out_w; ++pw, ++bin) {
-          emit(bin, any_grid_bin_sum(g, ph, pw, height, width, map, channels, active));
-        }
+      for (int bin = begin; bin < end; ++bin) {
+        emit(bin, any_grid_bin_sum(g, bin / opt.out_w, bin % opt.out_w, height, width, map,
+                                   channels, active));
       }
     }
   }
@@ -664,7 +672,8 @@ void launch_forward_channels_last(const FeatureLevels<scalar_t, at::opmath_type<
                                   const KernelOptions& opt, scalar_t* out, cudaStream_t stream) {
   constexpr int threads = kWarp * channels_last_warps_per_block<scalar_t>();
   const int lanes = chunk_lanes(opt.num_orientations);
-  const int64_t warps = num_rois * ((channels + lanes - 1) / lanes);
+  const int64_t warps =
+      num_rois * ((channels + lanes - 1) / lanes) * bin_parts(opt.out_h * opt.out_w);
   const int blocks = blocks_for(warps * kWarp, threads);
   // ReDet's setting: the unrolled 2 x 2 grid, whose 32-bit byte offsets need every image under
   // 4 GB (any real map; the general kernel computes the same values otherwise).
