@@ -11,8 +11,9 @@
 // useful bytes each.) With num_samples == 2 the lanes compute the taps of 8 bins at once (one
 // sample each) and share them through shared memory instead of each lane repeating the geometry,
 // then issue two bins' 32 loads before using any (fixed_grid_bin_sums: the kernel is
-// latency-bound); any other grid is walked by every lane (warp-uniform). The orientation alignment needs two other
-// channels of the lane's own group: two warp shuffles per bin. Outputs are (K, C, bins) with bins
+// latency-bound); any other grid is walked by every lane (warp-uniform). A warp takes at most 32
+// of a RoI's bins (bin_parts). The orientation alignment needs two other channels of the lane's
+// own group: two warp shuffles per bin. Outputs are (K, C, bins) with bins
 // contiguous: a ChannelTile (csrc/common/cuda/channel_tile.cuh) transposes them in shared memory so
 // that the stores are coalesced too. nO > 32 (a group wider than a warp) keeps a plain NCHW kernel,
 // one thread per output.
@@ -271,8 +272,8 @@ __device__ __forceinline__ void compute_shared_taps(const RiRoIGeometry<acc_t>& 
 REDET_HOST_DEVICE int bin_parts(int bins) { return (bins + kWarp - 1) / kWarp; }
 
 // One warp per (RoI, channel chunk, bin part), flattened chunk-major (chunk_of_item) with the part
-// fastest, grid-stride over warps. Every branch on the work item is warp-uniform, so the full-warp shuffles and __syncwarp
-// see all 32 lanes.
+// fastest, grid-stride over warps. Every branch on the work item is warp-uniform, so the full-warp
+// shuffles and __syncwarp see all 32 lanes.
 // kGrid: 2 when num_samples == 2 (fixed grid, taps shared through shared memory), 0 for any other
 // (or adaptive) grid, where every lane walks the samples itself. The fixed grid needs every
 // image under 4 GB (32-bit byte offsets, ByteTaps); the host checks.
