@@ -60,15 +60,16 @@ def run_backward(dtype, batch, height, width, rois, nO, fields, grids, determini
 
 # The forward gives each warp a part of <= 32 of a RoI's bins (49 -> 25 + 24, 64 -> 32 + 32,
 # 81 -> 3 x 27); the fixed 2 x 2 grid takes a part's bins two at a time out of passes of 8 bins:
-# parts that end a pass with one bin (1, 9, 15, 25, 27) read the off-map taps written past it.
-FIXED_GRID_SIZES = [(1, 1), (3, 3), (5, 3), (2, 4), (7, 7), (8, 8), (9, 9)]
+# parts that end a pass with one bin (1, 9, 25, 27) read the off-map taps written past it.
+FIXED_GRID_SIZES = [(1, 1), (3, 3), (7, 7), (8, 8), (9, 9)]
 
 
 def run_bin_parts_forward(dtype):
     """Forward with num_samples = 2 (the fixed-grid kernel; and 81 bins on any grid): bin parts,
     passes ending with one bin, lanes past the chunk's channels (C = 20 with nO = 4, C = 66 with
-    nO = 6, C = 40 with nO = 1), both layouts, 1 x 1 maps and RoIs partly or wholly off the map."""
-    for batch, height, width, rois in SPATIAL_CASES:
+    nO = 6, C = 40 with nO = 1), both layouts, a 1 x 1 map and RoIs partly or wholly off the map
+    (few cases: racecheck is slow)."""
+    for batch, height, width, rois in SPATIAL_CASES[:2]:
         boxes = torch.tensor(rois, device="cuda", dtype=dtype).reshape(-1, 6)
         for nO, fields in ((4, 5), (6, 11), (1, 40)):
             x = torch.randn(batch, fields * nO, height, width, device="cuda", dtype=dtype)
