@@ -1,6 +1,7 @@
 """Small RiRoIAlignRotated runs for compute-sanitizer (memcheck, racecheck): every CUDA kernel on
 edge cases. Forward: the channels-last kernel (fixed 2 x 2 grid and any grid; NCHW and
-channels-last input; chunks that fill a warp, leave lanes idle, or end part-way) and the NCHW
+channels-last input; chunks that fill a warp, leave lanes idle, or end part-way; the fixed grid's
+bin parts per warp and passes of 8 bins that end with one bin) and the NCHW
 kernel of nO > 32; fast and deterministic backward: the channels-last scatter (both grids, grad
 tiles of 32 bins with a partial last tile, idle lanes) with its channels-last -> NCHW conversion,
 and the older scatter of nO > 32; multi-level with mixed layouts.
@@ -55,6 +56,29 @@ def run_backward(dtype, batch, height, width, rois, nO, fields, grids, determini
                 grad, boxes, 0.5, num_samples, nO, True, False, batch, channels, height, width)
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+# The forward gives each warp a part of <= 32 of a RoI's bins (49 -> 25 + 24, 64 -> 32 + 32,
+# 81 -> 3 x 27); the fixed 2 x 2 grid takes a part's bins two at a time out of passes of 8 bins:
+# parts that end a pass with one bin (1, 9, 25, 27) read the off-map taps written past it.
+FIXED_GRID_SIZES = [(1, 1), (3, 3), (7, 7), (8, 8), (9, 9)]
+
+
+def run_bin_parts_forward(dtype):
+    """Forward with num_samples = 2 (the fixed-grid kernel; and 81 bins on any grid): bin parts,
+    passes ending with one bin, lanes past the chunk's channels (C = 20 with nO = 4, C = 66 with
+    nO = 6, C = 40 with nO = 1), both layouts, a 1 x 1 map and RoIs partly or wholly off the map
+    (few cases: racecheck is slow)."""
+    for batch, height, width, rois in SPATIAL_CASES[:2]:
+        boxes = torch.tensor(rois, device="cuda", dtype=dtype).reshape(-1, 6)
+        for nO, fields in ((4, 5), (6, 11), (1, 40)):
+            x = torch.randn(batch, fields * nO, height, width, device="cuda", dtype=dtype)
+            for layout in (torch.contiguous_format, torch.channels_last):
+                for output_size in FIXED_GRID_SIZES:
+                    riroi_align_rotated(x.contiguous(memory_format=layout), boxes, output_size,
+                                        0.5, 2, nO, True)
+                # the any grid splits its bins into the same parts
+                riroi_align_rotated(x.contiguous(memory_format=layout), boxes, (9, 9), 0.5, 0, nO)
 
 
 def run_multilevel(dtype):
@@ -115,6 +139,7 @@ def run():
                 run_backward(dtype, batch, height, width, rois, nO, fields,
                              grids=BACKWARD_GRIDS[variant % 2],
                              deterministic=bool((variant // 2) % 2))
+        run_bin_parts_forward(dtype)
         run_multilevel(dtype)
     torch.cuda.synchronize()
     print("sanitize_riroi_align_rotated: done")

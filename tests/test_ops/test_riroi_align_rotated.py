@@ -672,6 +672,50 @@ def test_cuda_edge_cases(dtype):
                                            rtol=ORDER_RTOL[dtype], atol=CUDA_FORWARD_ATOL[dtype])
 
 
+# The forward splits a RoI's bins into parts of <= 32 per warp (49 -> 25 + 24, 33 -> 17 + 16,
+# 64 -> 32 + 32, 81 -> 3 x 27), and the fixed 2 x 2 grid takes a part's bins two at a time out of
+# passes of 8: 1, 9, 15 and 25 bins end a pass with a single bin (its partner reads off-map taps).
+FIXED_GRID_SIZES = [(1, 1), (1, 2), (3, 3), (5, 3), (4, 4), (6, 7), (7, 7), (11, 3), (8, 8), (9, 9)]
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fields, nO", [(4, 8), (11, 6), (5, 4), (3, 16), (40, 1)])
+def test_cuda_bin_parts_and_steps_match_cpu(dtype, fields, nO):
+    x, rois = make_case(29, dtype, nO=nO, fields=fields, h=11, w=9, k=24)
+    xg, rois_g = x.cuda(), rois.cuda()
+    for index, output_size in enumerate(FIXED_GRID_SIZES):
+        num_samples = 2 if index % 3 else 0  # the any-grid kernel splits its bins the same way
+        kwargs = dict(output_size=output_size, nO=nO, num_samples=num_samples, clockwise=True)
+        expected = call(x, rois, **kwargs)
+        nchw = call(xg, rois_g, **kwargs)
+        assert torch.equal(call(channels_last(xg), rois_g, **kwargs), nchw)
+        torch.testing.assert_close(nchw.cpu().double(), expected.double(), rtol=ORDER_RTOL[dtype],
+                                   atol=CUDA_FORWARD_ATOL[dtype])
+
+
+@CUDA
+@pytest.mark.skipif(not torch.cuda.is_available() or
+                    torch.cuda.get_device_properties(0).total_memory < 24 * 2**30,
+                    reason="needs a GPU with 24 GB")
+def test_cuda_fixed_grid_falls_back_for_images_over_4gb():
+    """The fixed grid addresses an image by 32-bit byte offsets: an image of more than 4 GB takes
+    the any-grid kernel, which must give the same values (RoIs well inside a corner read the same
+    pixels as on that corner cropped out)."""
+    g = torch.Generator(device="cuda").manual_seed(30)
+    side = 16500  # 2 channels x 16500^2 pixels x 8 bytes = 4.36e9 bytes > 2^32
+    big = torch.randn(1, side, side, 2, device="cuda", dtype=torch.float64, generator=g)
+    big = big.permute(0, 3, 1, 2)  # channels-last (N, C, H, W) view: no 4 GB transpose copy
+    assert big.is_contiguous(memory_format=torch.channels_last)
+    corner = big[:, :, :40, :40].contiguous()
+    rois = torch.tensor([[0, 20., 20, 16, 10, 0.3], [0, 18, 22, 12, 20, -2.5]], device="cuda",
+                        dtype=torch.float64)
+    for output_size in ((7, 7), (3, 3)):
+        got = call(big, rois, output_size=output_size, scale=1.0, num_samples=2, nO=2)
+        expected = call(corner, rois, output_size=output_size, scale=1.0, num_samples=2, nO=2)
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
 @CUDA
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16])
 @pytest.mark.parametrize("nO, fields", [(4, 5), (6, 11), (40, 1)])

@@ -9,9 +9,11 @@
 // every bilinear tap is one coalesced request: 32 adjacent channels of one pixel. (On NCHW maps one
 // thread per bin makes the 32 lanes of a warp read 32 different bins: ~32 sectors per request, 4
 // useful bytes each.) With num_samples == 2 the lanes compute the taps of 8 bins at once (one
-// sample each) and share them through shared memory instead of each lane repeating the geometry;
-// any other grid is walked by every lane (warp-uniform). The orientation alignment needs two other
-// channels of the lane's own group: two warp shuffles per bin. Outputs are (K, C, bins) with bins
+// sample each) and share them through shared memory instead of each lane repeating the geometry,
+// then issue two bins' 32 loads before using any (fixed_grid_bin_sums: the kernel is
+// latency-bound); any other grid is walked by every lane (warp-uniform). A warp takes at most 32
+// of a RoI's bins (bin_parts). The orientation alignment needs two other channels of the lane's
+// own group: two warp shuffles per bin. Outputs are (K, C, bins) with bins
 // contiguous: a ChannelTile (csrc/common/cuda/channel_tile.cuh) transposes them in shared memory so
 // that the stores are coalesced too. nO > 32 (a group wider than a warp) keeps a plain NCHW kernel,
 // one thread per output.
@@ -105,6 +107,9 @@ REDET_HOST_DEVICE int chunk_lanes(int num_orientations) {
   return (kWarp / num_orientations) * num_orientations;
 }
 
+template <typename scalar_t>
+using acc_of_t = at::opmath_type<scalar_t>;
+
 // Feature reads through the read-only data cache (the table of levels hides __restrict__).
 __device__ __forceinline__ float load_feature(const float* p) { return __ldg(p); }
 __device__ __forceinline__ double load_feature(const double* p) { return __ldg(p); }
@@ -150,41 +155,92 @@ struct alignas(16) SharedTaps {
   acc_t weight[4];
 };
 
-// With a fixed grid of kSamples samples per bin the lanes first compute the taps of
-// 32 / kSamples bins together (one sample each, in shared memory) instead of every lane
-// computing every sample: the geometry costs ~1/32 of the instructions. A bin then reads its
-// taps (broadcast), issues all 4 * kSamples loads (independent, predicated), and sums them in the
-// CPU kernel's order.
-template <int kSamples, typename scalar_t, typename acc_t>
-__device__ __forceinline__ acc_t shared_taps_bin_sum(const SharedTaps<acc_t>* taps,
-                                                     const scalar_t* __restrict__ map, bool active) {
-  const char* lane_bytes = reinterpret_cast<const char*>(map);
-  SharedTaps<acc_t> t[kSamples];
-#pragma unroll
-  for (int s = 0; s < kSamples; ++s) t[s] = taps[s];
-  acc_t v[kSamples][4];
-#pragma unroll
-  for (int s = 0; s < kSamples; ++s) {
-    const bool read = active && t[s].byte_offset[0] >= 0;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const auto* p = reinterpret_cast<const scalar_t*>(lane_bytes + t[s].byte_offset[q]);
-      v[s][q] = read ? static_cast<acc_t>(load_feature(p)) : acc_t(0);
-    }
-  }
-  acc_t sum = acc_t(0);
-#pragma unroll
-  for (int s = 0; s < kSamples; ++s) {
-    if (t[s].byte_offset[0] < 0) continue;
-    sum += t[s].weight[0] * v[s][0] + t[s].weight[1] * v[s][1] + t[s].weight[2] * v[s][2] +
-           t[s].weight[3] * v[s][3];
-  }
-  return sum;
-}
+// The fixed-grid forward's taps of one sample, computed by one lane and read by the whole warp
+// (shared memory: one 16-byte read for the offsets, one for the float weights). The offsets are
+// 32-bit byte offsets into the image (the host checks that an image is under 4 GB): a load then
+// costs one 32 + 64-bit add, and a sample half the registers of the backward's 64-bit SharedTaps.
+constexpr uint32_t kOffMap = 0xffffffffu;  // byte_offset[0]: the sample reads nothing
+
+template <typename acc_t>
+struct alignas(16) ByteTaps {
+  uint32_t byte_offset[4];
+  acc_t weight[4];
+};
 
 // Lane `lane` computes sample lane % kSamples (row-major in the bin's grid) of bin
-// first + lane / kSamples. element_t: the words of the channels-last buffer the byte offsets
-// address (the features in the forward, the scratch in the backward).
+// first + lane / kSamples; lanes of bins from `end` on (past the warp's bins) write an off-map
+// entry, which the forward's bin steps (fixed_grid_bin_sums) read when a pass has an odd number of
+// bins. pixel_bytes: channels * element size.
+template <int kGrid, typename acc_t>
+__device__ __forceinline__ void compute_byte_taps(const RiRoIGeometry<acc_t>& g, int first,
+                                                  int end, int out_w, int height, int width,
+                                                  uint32_t pixel_bytes, int lane,
+                                                  ByteTaps<acc_t>* taps) {
+  constexpr int kSamples = kGrid * kGrid;
+  if (lane >= (kWarp / kSamples) * kSamples) return;
+  const int bin = first + lane / kSamples, s = lane % kSamples;
+  BilinearTaps<acc_t> t;
+  ByteTaps<acc_t> entry{};
+  if (bin < end &&
+      sample_taps(g, bin / out_w, bin % out_w, s / kGrid, s % kGrid, height, width, &t)) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      entry.byte_offset[q] = static_cast<uint32_t>(t.offset[q]) * pixel_bytes;
+      entry.weight[q] = t.weight[q];
+    }
+  } else {
+    entry.byte_offset[0] = kOffMap;
+  }
+  taps[lane] = entry;
+}
+
+template <typename scalar_t>
+__device__ __forceinline__ acc_of_t<scalar_t> load_at(const char* lane_map, uint32_t byte_offset) {
+  return static_cast<acc_of_t<scalar_t>>(
+      load_feature(reinterpret_cast<const scalar_t*>(lane_map + byte_offset)));
+}
+
+// Sums of kBins consecutive bins (kSamples taps each, from compute_byte_taps) of the lane's
+// channel. All their loads are issued before any is used: ncu saw the one-bin-at-a-time loop
+// latency-bound (16 loads in flight per warp, 0.82 eligible warps per scheduler, 10.35 cycles per
+// issued instruction; a float16 map, half the bytes, was only 7% faster), so kBins = 2 doubles the
+// loads in flight. Off-map samples are skipped (warp-uniform) as in the CPU kernel, whose
+// expression and order each bin's sum keeps.
+template <int kBins, int kSamples, typename scalar_t, typename acc_t>
+__device__ __forceinline__ void fixed_grid_bin_sums(const ByteTaps<acc_t>* taps,
+                                                    const char* lane_map, acc_t (&sums)[kBins]) {
+  constexpr int kTaps = kBins * kSamples;
+  acc_t v[kTaps][4];
+  bool on_map[kTaps];
+#pragma unroll
+  for (int s = 0; s < kTaps; ++s) {
+    const uint4 offset = *reinterpret_cast<const uint4*>(taps[s].byte_offset);
+    on_map[s] = offset.x != kOffMap;
+    if (on_map[s]) {
+      v[s][0] = load_at<scalar_t>(lane_map, offset.x);
+      v[s][1] = load_at<scalar_t>(lane_map, offset.y);
+      v[s][2] = load_at<scalar_t>(lane_map, offset.z);
+      v[s][3] = load_at<scalar_t>(lane_map, offset.w);
+    }
+  }
+#pragma unroll
+  for (int b = 0; b < kBins; ++b) {
+    acc_t sum = acc_t(0);
+#pragma unroll
+    for (int i = 0; i < kSamples; ++i) {
+      const int s = b * kSamples + i;
+      if (!on_map[s]) continue;
+      const ByteTaps<acc_t>& t = taps[s];
+      sum += t.weight[0] * v[s][0] + t.weight[1] * v[s][1] + t.weight[2] * v[s][2] +
+             t.weight[3] * v[s][3];
+    }
+    sums[b] = sum;
+  }
+}
+
+// The backward's taps (the forward's fixed grid has compute_byte_taps): lane `lane` computes
+// sample lane % kSamples (row-major in the bin's grid) of bin first + lane / kSamples. element_t:
+// the words of the channels-last scratch the byte offsets address.
 template <int kGrid, typename element_t, typename acc_t>
 __device__ __forceinline__ void compute_shared_taps(const RiRoIGeometry<acc_t>& g, int first,
                                                     int bins, int out_w, int height, int width,
@@ -208,11 +264,19 @@ __device__ __forceinline__ void compute_shared_taps(const RiRoIGeometry<acc_t>& 
   taps[lane] = entry;
 }
 
-// One warp per (RoI, channel chunk), flattened chunk-major (chunk_of_item), grid-stride over
-// warps. Every branch on the work item is warp-uniform, so the full-warp shuffles and __syncwarp
-// see all 32 lanes.
+// The forward splits a (RoI, chunk)'s bins into parts of at most 32 (one ChannelTile), as equal
+// as can be: 7 x 7 bins -> 25 + 24. A warp with all 49 bins of the training shape (2 x 256^2 x 256
+// map, 1024 RoIs) ran ~1/2.6 of the kernel's 165 us: 8192 items on 3168 warp slots, so the last
+// round left most slots idle, and a block holds its slot until its slowest warp is done. Parts of
+// half the length halve that tail for one more RoI geometry per part.
+REDET_HOST_DEVICE int bin_parts(int bins) { return (bins + kWarp - 1) / kWarp; }
+
+// One warp per (RoI, channel chunk, bin part), flattened chunk-major (chunk_of_item) with the part
+// fastest, grid-stride over warps. Every branch on the work item is warp-uniform, so the full-warp
+// shuffles and __syncwarp see all 32 lanes.
 // kGrid: 2 when num_samples == 2 (fixed grid, taps shared through shared memory), 0 for any other
-// (or adaptive) grid, where every lane walks the samples itself.
+// (or adaptive) grid, where every lane walks the samples itself. The fixed grid needs every
+// image under 4 GB (32-bit byte offsets, ByteTaps); the host checks.
 template <typename scalar_t, int kGrid>
 __global__ void __launch_bounds__(kWarp * channels_last_warps_per_block<scalar_t>(), 3)
 forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> levels,
@@ -226,22 +290,28 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
   // raw bytes: c10::Half / BFloat16 have constructors, which __shared__ arrays may not have
   __shared__ __align__(16) unsigned char tile_memory[kWarps * ChannelTile<scalar_t>::elements() *
                                                      sizeof(scalar_t)];
-  __shared__ SharedTaps<acc_t> shared_taps[kWarps][kGrid > 0 ? kWarp : 1];
+  __shared__ ByteTaps<acc_t> shared_taps[kWarps][kGrid > 0 ? kWarp : 1];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   ChannelTile<scalar_t> tile(reinterpret_cast<scalar_t*>(tile_memory) +
                              warp * ChannelTile<scalar_t>::elements());
-  SharedTaps<acc_t>* taps = shared_taps[warp];
+  ByteTaps<acc_t>* taps = shared_taps[warp];
   const int num_o = opt.num_orientations, bins = opt.out_h * opt.out_w;
   const int lanes = chunk_lanes(num_o);
   const int chunks = (channels + lanes - 1) / lanes;
   const int orientation = lane % num_o, group_lane = lane - orientation;  // lane of orientation 0
-  const int64_t items = num_rois * chunks;
+  const uint32_t pixel_bytes = static_cast<uint32_t>(channels * sizeof(scalar_t));  // kGrid > 0
+  const int parts = bin_parts(bins), part_bins = (bins + parts - 1) / parts;
+  const int64_t items = num_rois * chunks * parts;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp; item < items;
        item += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const int64_t k = item % num_rois;  // chunk-major: see chunk_of_item
-    const int chunk_start = chunk_of_item(item, num_rois) * lanes;
+    const int64_t roi_item = item / parts;
+    const int64_t k = roi_item % num_rois;  // chunk-major: see chunk_of_item
+    const int chunk_start = chunk_of_item(roi_item, num_rois) * lanes;
     const int chunk_channels = min(lanes, channels - chunk_start);
     const bool active = lane < chunk_channels;
+    // this warp's bins: [begin, end), at most 32 (parts of <= 32 bins; never empty)
+    const int begin = static_cast<int>(item % parts) * part_bins;
+    const int end = min(bins, begin + part_bins);
     const scalar_t* roi = rois + k * 6;
     int l, n;
     if (!roi_level_and_image(roi, roi_levels, k, levels.count, batch_size, &l, &n)) continue;
@@ -258,36 +328,46 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
     const int main_lane = group_lane + main_source(orientation, g.shift, num_o);
     const int side_lane = group_lane + neighbour_source(orientation, g.shift, num_o, opt.legacy);
     const acc_t keep = acc_t(1) - g.frac;
-    const scalar_t* map = levels.data[l] +
-                          static_cast<int64_t>(n) * height * width * channels + chunk_start + lane;
+    const scalar_t* chunk_map =
+        levels.data[l] + static_cast<int64_t>(n) * height * width * channels + chunk_start;
+    const scalar_t* map = chunk_map + lane;
     scalar_t* out = output + (k * channels + chunk_start) * bins;
     // v: this lane's channel summed over the bin's samples -> orientation alignment -> tile
     auto emit = [&](int bin, acc_t v) {
       const acc_t main = __shfl_sync(kFullWarpMask, v, main_lane);
       const acc_t side = __shfl_sync(kFullWarpMask, v, side_lane);
-      const int slot = bin % kWarp;
+      const int slot = bin - begin;  // < 32: the part fits the tile
       tile.put(lane, slot, static_cast<scalar_t>((keep * main + g.frac * side) / g.count));
-      if (slot == kWarp - 1 || bin == bins - 1) {
-        tile.store(out + (bin - slot), chunk_channels, slot + 1, bins, lane);
-      }
+      if (bin == end - 1) tile.store(out + begin, chunk_channels, slot + 1, bins, lane);
     };
     if constexpr (kGrid > 0) {
-      constexpr int kBinsPerPass = kWarp / kSamples;
-      for (int first = 0; first < bins; first += kBinsPerPass) {
-        compute_shared_taps<kGrid, scalar_t>(g, first, bins, opt.out_w, height, width, channels, lane, taps);
+      constexpr int kBinsPerPass = kWarp / kSamples, kBinsPerStep = 2;
+      static_assert(kBinsPerPass % kBinsPerStep == 0, "a step's bins lie in one pass");
+      // Lanes past the chunk's channels read their chunk's last channel (loads need no lane
+      // predicate; the same 128-byte line): their results only reach lanes of their own
+      // (inactive) groups or of no group, and the tile stores only chunk_channels rows.
+      const char* lane_map =
+          reinterpret_cast<const char*>(chunk_map + min(lane, chunk_channels - 1));
+      for (int first = begin; first < end; first += kBinsPerPass) {
+        compute_byte_taps<kGrid>(g, first, end, opt.out_w, height, width, pixel_bytes, lane,
+                                 taps);
         __syncwarp();
-        const int pass_bins = min(kBinsPerPass, bins - first);
-        for (int j = 0; j < pass_bins; ++j) {
-          emit(first + j, shared_taps_bin_sum<kSamples>(taps + j * kSamples, map, active));
+        const int pass_bins = min(kBinsPerPass, end - first);
+        for (int j = 0; j < pass_bins; j += kBinsPerStep) {
+          acc_t sums[kBinsPerStep];
+          fixed_grid_bin_sums<kBinsPerStep, kSamples, scalar_t>(taps + j * kSamples, lane_map,
+                                                                sums);
+#pragma unroll
+          for (int b = 0; b < kBinsPerStep; ++b) {
+            if (j + b < pass_bins) emit(first + j + b, sums[b]);
+          }
         }
         __syncwarp();  // the next pass rewrites the taps
       }
     } else {
-      int bin = 0;
-      for (int ph = 0; ph < opt.out_h; ++ph) {
-        for (int pw = 0; pw < opt.out_w; ++pw, ++bin) {
-          emit(bin, any_grid_bin_sum(g, ph, pw, height, width, map, channels, active));
-        }
+      for (int bin = begin; bin < end; ++bin) {
+        emit(bin, any_grid_bin_sum(g, bin / opt.out_w, bin % opt.out_w, height, width, map,
+                                   channels, active));
       }
     }
   }
@@ -593,9 +673,18 @@ void launch_forward_channels_last(const FeatureLevels<scalar_t, at::opmath_type<
                                   const KernelOptions& opt, scalar_t* out, cudaStream_t stream) {
   constexpr int threads = kWarp * channels_last_warps_per_block<scalar_t>();
   const int lanes = chunk_lanes(opt.num_orientations);
-  const int64_t warps = num_rois * ((channels + lanes - 1) / lanes);
+  const int64_t warps =
+      num_rois * ((channels + lanes - 1) / lanes) * bin_parts(opt.out_h * opt.out_w);
   const int blocks = blocks_for(warps * kWarp, threads);
-  if (opt.num_samples == 2) {  // ReDet's setting: the unrolled 2 x 2 grid
+  // ReDet's setting: the unrolled 2 x 2 grid, whose 32-bit byte offsets need every image under
+  // 4 GB (any real map; the general kernel computes the same values otherwise).
+  bool images_fit_32_bits = true;
+  for (int l = 0; l < table.count; ++l) {
+    const uint64_t image_bytes = static_cast<uint64_t>(table.height[l]) * table.width[l] *
+                                 static_cast<uint64_t>(channels) * sizeof(scalar_t);
+    images_fit_32_bits = images_fit_32_bits && image_bytes <= UINT32_MAX;
+  }
+  if (opt.num_samples == 2 && images_fit_32_bits) {
     forward_channels_last_kernel<scalar_t, 2><<<blocks, threads, 0, stream>>>(
         table, rois, roi_levels, num_rois, channels, batch_size, opt, out);
   } else {
