@@ -72,64 +72,130 @@ __device__ __forceinline__ bool depth_is_valid(acc_t d, bool inverse_depth) {
   return inverse_depth ? (d >= acc_t(0) && isfinite(d)) : d > acc_t(0);
 }
 
-// One source pixel per lane; the warp walks the pixels together (a warp-uniform loop), so lanes
-// can exchange targets. With smooth flow, lane k's right column of targets is lane k+1's left
-// column: lane k adds both contributions with one atomic and lane k+1 skips its own, which
-// halves the atomics. Merging only pre-sums additions to one address, so it is always valid.
+// Contributions of one lane waiting to be added: a value (sum_x, sum_y, count) for one pixel.
+template <typename acc_t>
+struct Contribution {
+  int64_t pixel = -1;  // -1: nothing to add
+  acc_t x = 0, y = 0, w = 0;
+  __device__ __forceinline__ void absorb(const Contribution& other) {
+    x += other.x;
+    y += other.y;
+    w += other.w;
+  }
+  template <typename Accumulator>
+  __device__ __forceinline__ void flush(const Accumulator& accumulator) const {
+    if (pixel >= 0) accumulator.add(pixel, x, y, w);
+  }
+};
+
+// Adds `below` to `left` or `right` if it is for the same pixel, else issues it.
+template <typename acc_t, typename Accumulator>
+__device__ __forceinline__ void join_or_flush(const Contribution<acc_t>& below,
+                                              Contribution<acc_t>& left, Contribution<acc_t>& right,
+                                              const Accumulator& accumulator) {
+  if (below.pixel < 0) return;
+  if (below.pixel == left.pixel) {
+    left.absorb(below);
+  } else if (below.pixel == right.pixel) {
+    right.absorb(below);
+  } else {
+    below.flush(accumulator);
+  }
+}
+
+// Source pixels handled by one lane: a column of kScatterRows rows of a row strip.
+constexpr int kScatterRows = 4;
+
+// A warp takes 32 neighbouring source pixels of each row of a strip of kScatterRows rows (lane =
+// column; the loop is warp-uniform, so lanes can exchange targets), with no index divisions per
+// pixel. With smooth flow neighbouring sources hit the same targets, and only the first
+// contribution to a target is issued as an atomic, with the others added to it first:
+// - across lanes, lane k's right column of targets is lane k+1's left column: lane k adds both;
+// - down the strip, a row's bottom targets are the next row's top targets: the lane keeps its
+//   bottom contributions in registers and adds them to the next row's tops when the pixels match.
+// That is about one atomic per source pixel instead of four. Merging only pre-sums additions to
+// one pixel, so it is valid for any flow (when pixels differ it simply issues both).
 template <typename scalar_t, typename acc_t, typename Accumulator>
 __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t* __restrict__ depth,
                                int64_t batch, int height, int width, acc_t t, bool inverse_depth,
                                Accumulator accumulator, int* invalid_depth) {
   const int64_t plane = static_cast<int64_t>(height) * width;
-  const int64_t total = batch * plane;
   const int lane = threadIdx.x & 31;
-  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  for (int64_t warp_start = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x - lane;
-       warp_start < total; warp_start += stride) {
-    const int64_t index = warp_start + lane;
-    int64_t top_left = -1, top_right = -1, bottom_left = -1, bottom_right = -1;
-    acc_t vx = 0, vy = 0, w = 0;
-    if (index < total) {
-      const int64_t b = index / plane, i = index - b * plane;
-      const int y = static_cast<int>(i / width);
-      const int x = static_cast<int>(i - static_cast<int64_t>(y) * width);
-      const acc_t d = static_cast<acc_t>(depth[index]);
-      if (invalid_depth != nullptr && !depth_is_valid(d, inverse_depth)) *invalid_depth = 1;
-      const acc_t gx = t * static_cast<acc_t>(flow[b * 2 * plane + i]);
-      const acc_t gy = t * static_cast<acc_t>(flow[b * 2 * plane + plane + i]);
-      ProjectionCorners c;
-      if (project_pixel(x, y, gx, gy, width, height, &c)) {
-        w = projection_weight(d, inverse_depth);
-        vx = -w * gx;
-        vy = -w * gy;
-        const int64_t top = b * plane + static_cast<int64_t>(c.top) * width;
-        const int64_t bottom = b * plane + static_cast<int64_t>(c.bottom) * width;
-        top_left = top + c.left;
-        top_right = top + c.right;
-        bottom_left = bottom + c.left;
-        bottom_right = bottom + c.right;
+  const int column_groups = (width + 31) / 32;
+  const int strips = (height + kScatterRows - 1) / kScatterRows;
+  const int64_t items = batch * strips * column_groups;
+  const int64_t warps = static_cast<int64_t>(blockDim.x / 32) * gridDim.x;
+  for (int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+       item < items; item += warps) {
+    const int group = static_cast<int>(item % column_groups);
+    const int64_t strip_of_batch = item / column_groups;
+    const int64_t b = strip_of_batch / strips;
+    const int y0 = static_cast<int>(strip_of_batch - b * strips) * kScatterRows;
+    const int x = group * 32 + lane;
+    const int rows = min(kScatterRows, height - y0);
+    const scalar_t* flow_x = flow + b * 2 * plane;
+    const scalar_t* flow_y = flow_x + plane;
+    const scalar_t* depth_b = depth + b * plane;
+    // All the strip's loads first, so they are in flight together.
+    acc_t gx[kScatterRows], gy[kScatterRows], d[kScatterRows];
+#pragma unroll
+    for (int r = 0; r < kScatterRows; ++r) {
+      const int64_t i = static_cast<int64_t>(y0 + r) * width + x;
+      const bool inside = r < rows && x < width;
+      gx[r] = inside ? t * static_cast<acc_t>(flow_x[i]) : acc_t(0);
+      gy[r] = inside ? t * static_cast<acc_t>(flow_y[i]) : acc_t(0);
+      d[r] = inside ? static_cast<acc_t>(depth_b[i]) : acc_t(1);
+    }
+    Contribution<acc_t> below_left, below_right;  // the previous row's bottom targets
+#pragma unroll
+    for (int r = 0; r < kScatterRows; ++r) {
+      if (r >= rows) break;  // warp-uniform
+      Contribution<acc_t> left, right;  // this source's left and right target columns (top row)
+      int64_t bottom_left = -1, bottom_right = -1;
+      if (x < width) {
+        if (invalid_depth != nullptr && !depth_is_valid(d[r], inverse_depth)) *invalid_depth = 1;
+        ProjectionCorners c;
+        if (project_pixel(x, y0 + r, gx[r], gy[r], width, height, &c)) {
+          const acc_t w = projection_weight(d[r], inverse_depth);
+          const int64_t top = b * plane + static_cast<int64_t>(c.top) * width;
+          const int64_t bottom = b * plane + static_cast<int64_t>(c.bottom) * width;
+          left = {top + c.left, -w * gx[r], -w * gy[r], w};
+          right = left;
+          right.pixel = top + c.right;
+          bottom_left = bottom + c.left;
+          bottom_right = bottom + c.right;
+        }
       }
+      // Across lanes: take the next lane's left column when it is this lane's right column.
+      constexpr unsigned kAll = 0xffffffffu;
+      const int64_t next_left = __shfl_down_sync(kAll, left.pixel, 1);
+      const int64_t next_bottom_left = __shfl_down_sync(kAll, bottom_left, 1);
+      const Contribution<acc_t> next{next_left, __shfl_down_sync(kAll, left.x, 1),
+                                     __shfl_down_sync(kAll, left.y, 1),
+                                     __shfl_down_sync(kAll, left.w, 1)};
+      const int64_t previous_right = __shfl_up_sync(kAll, right.pixel, 1);
+      const int64_t previous_bottom_right = __shfl_up_sync(kAll, bottom_right, 1);
+      const bool projected = left.pixel >= 0;
+      if (projected && lane < 31 && next_left == right.pixel && next_bottom_left == bottom_right) {
+        right.absorb(next);
+      }
+      if (projected && lane > 0 && previous_right == left.pixel &&
+          previous_bottom_right == bottom_left) {
+        left.pixel = bottom_left = -1;  // the previous lane adds them
+      }
+      // This row's bottoms wait for the next row, with the values of the tops before they absorb
+      // the previous row's bottoms, which join them when the pixels match.
+      const Contribution<acc_t> new_below_left{bottom_left, left.x, left.y, left.w};
+      const Contribution<acc_t> new_below_right{bottom_right, right.x, right.y, right.w};
+      join_or_flush(below_left, left, right, accumulator);
+      join_or_flush(below_right, left, right, accumulator);
+      left.flush(accumulator);
+      right.flush(accumulator);
+      below_left = new_below_left;
+      below_right = new_below_right;
     }
-    constexpr unsigned kAll = 0xffffffffu;
-    const int64_t next_top_left = __shfl_down_sync(kAll, top_left, 1);
-    const int64_t next_bottom_left = __shfl_down_sync(kAll, bottom_left, 1);
-    const acc_t next_vx = __shfl_down_sync(kAll, vx, 1);
-    const acc_t next_vy = __shfl_down_sync(kAll, vy, 1);
-    const acc_t next_w = __shfl_down_sync(kAll, w, 1);
-    const int64_t prev_top_right = __shfl_up_sync(kAll, top_right, 1);
-    const int64_t prev_bottom_right = __shfl_up_sync(kAll, bottom_right, 1);
-    if (top_left < 0) continue;  // not projected
-    const bool take_next = lane < 31 && next_top_left == top_right && next_bottom_left == bottom_right;
-    const bool given_to_prev = lane > 0 && prev_top_right == top_left && prev_bottom_right == bottom_left;
-    if (!given_to_prev) {
-      accumulator.add(top_left, vx, vy, w);
-      accumulator.add(bottom_left, vx, vy, w);
-    }
-    const acc_t rx = take_next ? vx + next_vx : vx;
-    const acc_t ry = take_next ? vy + next_vy : vy;
-    const acc_t rw = take_next ? w + next_w : w;
-    accumulator.add(top_right, rx, ry, rw);
-    accumulator.add(bottom_right, rx, ry, rw);
+    below_left.flush(accumulator);
+    below_right.flush(accumulator);
   }
 }
 
@@ -319,7 +385,9 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
   const int64_t n = io.batch * io.height * io.width;
   if (n == 0) return {io.output, io.count};
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const int blocks = blocks_for(n);
+  const int64_t scatter_warps = io.batch * ((io.height + kScatterRows - 1) / kScatterRows) *
+                                ((io.width + 31) / 32);  // one per work item of scatter_kernel
+  const int scatter_blocks = blocks_for(scatter_warps * 32);
   const bool deterministic = at::globalContext().deterministicAlgorithms();
   const auto acc_type = deterministic ? at::kLong : flow_projection_acc_type(flow.scalar_type());
   const auto acc = zeroed_accumulators(n, flow.options().dtype(acc_type), stream);
@@ -329,7 +397,7 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     auto scatter = [&](auto accumulator) {
-      scatter_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
+      scatter_kernel<scalar_t, acc_t><<<scatter_blocks, kThreads, 0, stream>>>(
           flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), io.batch, io.height, io.width,
           static_cast<acc_t>(t), inverse_depth, accumulator, invalid_depth);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
