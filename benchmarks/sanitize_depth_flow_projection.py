@@ -1,10 +1,9 @@
 """Small depth-aware flow projection runs for compute-sanitizer (memcheck, racecheck): every CUDA
-kernel (float/double atomics and fixed-point scatter; normalisation; the hole filling's row pass
-and column pass; fill transpose, gather backward) on edge cases: 1x1, single row/column,
+kernel (float/double atomics and fixed-point scatter; normalisation; the hole filling's tiled
+mark and fill kernels; fill transpose, gather backward) on edge cases: 1x1, single row/column,
 everything pushed off the image (all holes), border landings, B > 1, and the large-hole cases of
-the tests on a wide image (several warps and chunks per row), a tall one (several row segments
-per column) and a very tall narrow one (column segments of several words), and exact cases on
-the fill kernels' boundaries (see test_depth_flow_projection_fill_exact.py); with and without
+the tests on a wide image (many row words), a tall one and a very tall narrow one (searches over
+many column words), and exact cases on the fill kernels' boundaries (see test_depth_flow_projection_fill_exact.py); with and without
 the depth check (its flag), and one invalid depth.
 Usage: compute-sanitizer --tool memcheck python benchmarks/sanitize_depth_flow_projection.py"""
 import os
@@ -28,11 +27,11 @@ def cases():
     yield flow, torch.ones(1, 1, 4, 5)
     yield torch.randn(3, 2, 17, 23, generator=g) * 4, torch.rand(3, 1, 17, 23, generator=g) + 0.1
     for kind in KINDS:
-        yield hole_case(kind, 2, 3, 300)   # wide: 8 warps per row, 2 chunks each
-        yield hole_case(kind, 1, 70, 35)   # tall: 3 row segments per column, 5 blocks of 8 columns
-        yield hole_case(kind, 2, 4200, 2)  # very tall: column segments of several words
-    # the fill kernels' boundaries (hole_fill_kernels.cuh): a partial chunk / word, one row, one
-    # column, several warps per row, more word groups than warps per row, multi-word segments
+        yield hole_case(kind, 2, 3, 300)   # wide: 10 row words, partial tiles
+        yield hole_case(kind, 1, 70, 35)   # tall: 3 x 2 tiles, partial both ways
+        yield hole_case(kind, 2, 4200, 2)  # very tall: searches over many column words
+    # the fill kernels' boundaries (hole_fill_kernels.cuh): partial tiles, one row, one column,
+    # long searches along rows and along columns
     for shape in [(2, 1, 33), (1, 33, 1), (2, 40, 1025), (1, 2, 33000), (1, 1100, 3)]:
         yield exact_hole_case(*shape, seed=sum(shape))
 

@@ -1,7 +1,7 @@
 """Hole filling of the depth-aware flow projection on large holes: a flow that empties half of
 the image, a single non-hole, no non-hole at all, holes along every border, bands of holes in
-both directions; tiny, wide (several warps and chunks per row on CUDA) and tall (several row
-segments per column) images; B > 1. The linear row/column sweeps must give what the plain
+both directions; tiny, wide (many 32-pixel row words on CUDA) and tall (many 32-row column
+words) images; B > 1. The linear row/column sweeps must give what the plain
 reference gives (tests/test_ops/_reference.py), forward and backward, on CPU and CUDA."""
 import pytest
 import torch
@@ -15,8 +15,7 @@ OP = torch.ops.redet.depth_flow_projection.default
 # (batch, height, width): tiny, thin, wide (> 8 warps x 32 px per row), tall (several row
 # segments per column, several blocks of 8 columns)
 SHAPES = [(3, 1, 1), (1, 2, 67), (2, 64, 1), (1, 33, 33), (2, 21, 700), (1, 300, 45)]
-# CUDA only: the column pass gives each warp a row segment of 2 or more 32-row words (H > 1024;
-# > 512 for 8-byte sums), which these narrow images reach cheaply
+# CUDA: neighbour searches over many 32-row column words, which these narrow images reach cheaply
 TALL_SHAPES = [(1, 2100, 3), (2, 4200, 2)]
 T = 1.0
 

@@ -1,9 +1,9 @@
 """Hole filling bit for bit: on projections that are exact in any summation order
 (_flow_hole_cases.exact_hole_case) the CPU kernel, the plain reference and the CUDA kernels (atomics
 or fixed point) must give identical outputs and counts. The CUDA shapes cross every boundary of the
-CUDA fill kernels (csrc/depth_flow_projection/cuda/hole_fill_kernels.cuh): partial 32-pixel chunks
-and 32-row words, rows of one and of several 1024-pixel word groups per warp, several warps per
-row, column segments of one to several words (float and 8-byte layouts differ), H = 1, W = 1."""
+CUDA fill kernels (csrc/depth_flow_projection/cuda/hole_fill_kernels.cuh): partial 32 x 32 tiles,
+partial 32-pixel row words and 32-row column words, neighbour searches over many words of a row
+or of a column, H = 1, W = 1."""
 import pytest
 import torch
 

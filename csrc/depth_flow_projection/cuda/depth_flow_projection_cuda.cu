@@ -1,15 +1,15 @@
 // Depth-aware flow projection on CUDA.
-// Forward, three launches without hole filling, five with it (plus one 4-byte copy when checking
+// Forward, three launches without hole filling, four with it (plus one 4-byte copy when checking
 // depth), and at most one host synchronisation:
 // (0) one memset zeroes the accumulators (sum_x, sum_y, count, -) and the invalid-depth flag;
 // (1) scatter every source pixel into them: one 16-byte float4 atomic per target on sm_90 (DAIN
 //     issues three scalar ones), and neighbouring lanes that hit the same pixels merge their
 //     additions first; in deterministic mode 64-bit fixed point with integer atomics instead
 //     (order-independent, bitwise repeatable). The same pass flags invalid depth values;
-// (2) without hole filling one elementwise normalisation; with it the row and column passes of
-//     common/flow_hole_fill.h as three kernels (hole_fill_kernels.cuh, which says why): an
-//     elementwise normalisation that also writes a 1-bit hole mask, then a row pass (left +
-//     right) and a column pass (top + bottom, the mean) that read the mask and touch only holes;
+// (2) without hole filling one elementwise normalisation; with it two kernels
+//     (hole_fill_kernels.cuh, which says why): a tiled normalisation that also writes 1-bit
+//     non-hole masks by rows and by columns, then one that fills each hole from its nearest
+//     non-holes (common/flow_hole_fill.h's arithmetic), found in the masks;
 // (3) when checking depth, the flag is copied to pinned memory right after (1); once (2) is
 //     enqueued the host waits for that copy only (the only sync, overlapping (2)) and runs the
 //     host check only if the flag is set.
@@ -213,14 +213,6 @@ struct FloatSlots {  // one 16-byte load per pixel
     *sy = v.y;
     *c = v.z;
   }
-  __device__ __forceinline__ void store_partial(int64_t i, float x, float y) const {
-    reinterpret_cast<float2*>(acc)[2 * i] = make_float2(x, y);
-  }
-  __device__ __forceinline__ void load_partial(int64_t i, float* x, float* y) const {
-    const float2 v = reinterpret_cast<const float2*>(acc)[2 * i];
-    *x = v.x;
-    *y = v.y;
-  }
 };
 
 struct DoubleSlots : PlainSlots<double> {
@@ -228,7 +220,7 @@ struct DoubleSlots : PlainSlots<double> {
   __device__ __forceinline__ DoubleSlots bind() const { return *this; }
 };
 
-// 64-bit fixed point (deterministic mode); a hole's partial sum is stored as double bits.
+// 64-bit fixed point (deterministic mode).
 struct FixedPointSlots {
   using calc_type = double;
   long long* acc;
@@ -241,14 +233,6 @@ struct FixedPointSlots {
     *sx = from_fixed_point(acc[4 * i], sum_scale);
     *sy = from_fixed_point(acc[4 * i + 1], sum_scale);
     *c = from_fixed_point(acc[4 * i + 2], count_scale);
-  }
-  __device__ __forceinline__ void store_partial(int64_t i, double x, double y) const {
-    acc[4 * i] = __double_as_longlong(x);
-    acc[4 * i + 1] = __double_as_longlong(y);
-  }
-  __device__ __forceinline__ void load_partial(int64_t i, double* x, double* y) const {
-    *x = __longlong_as_double(acc[4 * i]);
-    *y = __longlong_as_double(acc[4 * i + 1]);
   }
 };
 
@@ -340,7 +324,7 @@ int* invalid_depth_flag(const at::Tensor& acc, int64_t pixels, bool check_depth)
   return reinterpret_cast<int*>(static_cast<char*>(acc.data_ptr()) + pixels * 4 * acc.element_size());
 }
 
-// Normalisation, or the two passes of the hole filling.
+// Normalisation, or the two kernels of the hole filling.
 template <typename scalar_t, typename count_t, typename Slots>
 void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool fill_holes,
                      cudaStream_t stream) {
@@ -353,23 +337,19 @@ void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool f
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
-  // The hole mask: one word per 32-pixel chunk of a row (hole_fill_kernels.cuh).
-  const int64_t rows = io.batch * io.height;
-  const int chunks = chunks_of(io.width);
-  const auto words = at::empty({rows * chunks}, io.count.options().dtype(at::kInt));
-  uint32_t* valid_words = reinterpret_cast<uint32_t*>(words.data_ptr<int32_t>());
-  mark_rows_kernel<scalar_t, count_t><<<blocks_for(rows * chunks * kWarp / kMarkChunksPerStep),
-                                        kThreads, 0, stream>>>(slots, rows, io.height, io.width,
-                                                               out, count, valid_words);
+  // The non-hole masks: row words and column words (hole_fill_kernels.cuh), one allocation.
+  const int chunks = chunks_of(io.width), row_chunks = chunks_of(io.height);
+  const int64_t row_word_count = io.batch * io.height * chunks;
+  const auto words = at::empty({row_word_count + io.batch * io.width * row_chunks},
+                               io.count.options().dtype(at::kInt));
+  uint32_t* row_words = reinterpret_cast<uint32_t*>(words.data_ptr<int32_t>());
+  uint32_t* column_words = row_words + row_word_count;
+  const int64_t tiles = io.batch * row_chunks * chunks;
+  mark_tiles_kernel<scalar_t, count_t><<<blocks_for(tiles * kWarp), kThreads, 0, stream>>>(
+      slots, io.batch, io.height, io.width, out, count, row_words, column_words);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const int row_groups = (chunks + kWarp - 1) / kWarp;  // 1024 pixels each
-  fill_row_holes_kernel<count_t><<<blocks_for(rows, 1), kWarp * std::min(kMaxRowWarps, row_groups),
-                                   0, stream>>>(slots, valid_words, rows, io.width, count);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const ColumnFillLayout columns = column_fill_layout<typename Slots::calc_type>(io.height);
-  fill_column_holes_kernel<scalar_t, count_t><<<blocks_for(io.batch * chunks, 1),
-                                                kWarp * columns.segments, 0, stream>>>(
-      slots, valid_words, io.batch, io.height, io.width, columns.rows_per_segment, out, count);
+  fill_holes_kernel<scalar_t, count_t><<<blocks_for(row_word_count * kWarp), kThreads, 0, stream>>>(
+      slots, row_words, column_words, io.batch, io.height, io.width, out, count);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
