@@ -3,8 +3,8 @@
 // depth), and at most one host synchronisation:
 // (0) one memset zeroes the accumulators (sum_x, sum_y, count, -) and the invalid-depth flag;
 // (1) scatter every source pixel into them: one 16-byte float4 atomic per target on sm_90 (DAIN
-//     issues three scalar ones), and neighbouring lanes that hit the same pixels merge their
-//     additions first; in deterministic mode 64-bit fixed point with integer atomics instead
+//     issues three scalar ones), and neighbouring lanes and rows that hit the same pixels merge
+//     their additions first; in deterministic mode 64-bit fixed point with integer atomics instead
 //     (order-independent, bitwise repeatable). The same pass flags invalid depth values;
 // (2) without hole filling one elementwise normalisation; with it the row and column passes of
 //     common/flow_hole_fill.h as three kernels (hole_fill_kernels.cuh, which says why): an
