@@ -340,19 +340,20 @@ void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool f
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
-  // The non-hole masks: row words and column words (hole_fill_kernels.cuh), one allocation.
-  const int chunks = chunks_of(io.width), row_chunks = chunks_of(io.height);
-  const int64_t row_word_count = io.batch * io.height * chunks;
-  const auto words = at::empty({row_word_count + io.batch * io.width * row_chunks},
-                               io.count.options().dtype(at::kInt));
-  uint32_t* row_words = reinterpret_cast<uint32_t*>(words.data_ptr<int32_t>());
-  uint32_t* column_words = row_words + row_word_count;
-  const int64_t tiles = io.batch * row_chunks * chunks;
+  // The non-hole masks (hole_fill_kernels.cuh), one allocation; only the summaries need zeros.
+  const auto [word_count, summary_count] = HoleMasks::sizes(io.batch, io.height, io.width);
+  const auto words = at::empty({word_count}, io.count.options().dtype(at::kInt));
+  uint32_t* first_word = reinterpret_cast<uint32_t*>(words.data_ptr<int32_t>());
+  C10_CUDA_CHECK(cudaMemsetAsync(first_word + word_count - summary_count, 0,
+                                 summary_count * sizeof(uint32_t), stream));
+  const HoleMasks masks = HoleMasks::in(first_word, io.batch, io.height, io.width);
+  const int64_t tiles = io.batch * chunks_of(io.height) * chunks_of(io.width);
   mark_tiles_kernel<scalar_t, count_t><<<blocks_for(tiles * kWarp), kThreads, 0, stream>>>(
-      slots, io.batch, io.height, io.width, out, count, row_words, column_words);
+      slots, io.batch, io.height, io.width, out, count, masks);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  fill_holes_kernel<scalar_t, count_t><<<blocks_for(row_word_count * kWarp), kThreads, 0, stream>>>(
-      slots, row_words, column_words, io.batch, io.height, io.width, out, count);
+  const int64_t chunk_items = io.batch * io.height * chunks_of(io.width);  // a warp each
+  fill_holes_kernel<scalar_t, count_t><<<blocks_for(chunk_items * kWarp), kThreads, 0, stream>>>(
+      slots, masks, io.batch, io.height, io.width, out, count);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
