@@ -13,10 +13,10 @@
 //      hole adds the run's top and bottom values to its partial sum, divides by the number of
 //      directions found and writes output and count = −found.
 // The sum (((left + right) + top) + bottom) / found is the same as that of the plain walk, and
-// each pixel is read a bounded number of times whatever the holes look like. On CUDA both passes
-// find the holes and their neighbours on a 1-bit hole mask (warp ballots, scans and a bit
-// transpose; csrc/depth_flow_projection/cuda/hole_fill_kernels.cuh), so only holes touch the
-// accumulators; the arithmetic is these functions, so CPU and CUDA agree bit for bit.
+// each pixel is read a bounded number of times whatever the holes look like. CUDA finds each
+// hole's four neighbours in 1-bit non-hole masks instead of sweeping
+// (csrc/depth_flow_projection/cuda/hole_fill_kernels.cuh), but adds them with these functions in
+// the same order, so CPU and CUDA agree bit for bit.
 //
 // Accumulator slots: `Slots` gives load(i, &sum_x, &sum_y, &count) for pixel i (batch-flat) and
 // store_partial/load_partial for a hole's partial sum (a hole's accumulated sums are unused).
