@@ -7,7 +7,8 @@
 // Output = sum / count; pixels with count <= 0 are holes, optionally filled with the mean of the
 // nearest non-holes to the left, right, top and bottom (common/flow_hole_fill.h). In the returned
 // count a filled hole holds −(number of directions that found a non-hole), which is what the
-// fill's backward needs. Accumulators are 4 values per pixel, pixel-major: (sum_x, sum_y, count, unused).
+// fill's backward needs. Accumulators are 4 values per pixel, pixel-major: (sum_x, sum_y, count, unused)
+// (on CUDA, sums per corner (L, T), from which the pixels' sums follow: cuda/corner_sums.cuh).
 #pragma once
 #include <math.h>
 #include <stdint.h>

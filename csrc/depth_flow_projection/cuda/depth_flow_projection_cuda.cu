@@ -2,10 +2,10 @@
 // Forward, three launches without hole filling, four with it (plus one 4-byte copy when checking
 // depth), and at most one host synchronisation:
 // (0) one memset zeroes the accumulators (sum_x, sum_y, count, -) and the invalid-depth flag;
-// (1) scatter every source pixel into them: one 16-byte float4 atomic per target on sm_90 (DAIN
-//     issues three scalar ones), and neighbouring lanes and rows that hit the same pixels merge
-//     their additions first; in deterministic mode 64-bit fixed point with integer atomics instead
-//     (order-independent, bitwise repeatable). The same pass flags invalid depth values;
+// (1) scatter every source pixel into them: one atomic per source pixel, into its corner only
+//     (corner_sums.cuh; a 16-byte float4 atomic on sm_90, where DAIN issues three scalar ones
+//     for each of four pixels); in deterministic mode 64-bit fixed point with integer atomics
+//     instead (order-independent, bitwise repeatable). The same pass flags invalid depth values;
 // (2) without hole filling one elementwise normalisation; with it two kernels
 //     (hole_fill_kernels.cuh, which says why): a tiled normalisation that also writes 1-bit
 //     non-hole masks by rows and by columns, then one that fills each hole from its nearest
@@ -24,6 +24,7 @@
 #include "common/cuda_utils.cuh"
 #include "common/flow_hole_fill.h"
 #include "common/flow_projection.h"
+#include "depth_flow_projection/cuda/corner_sums.cuh"
 #include "depth_flow_projection/cuda/hole_fill_kernels.cuh"
 #include "depth_flow_projection/depth_flow_projection.h"
 
@@ -72,52 +73,13 @@ __device__ __forceinline__ bool depth_is_valid(acc_t d, bool inverse_depth) {
   return inverse_depth ? (d >= acc_t(0) && isfinite(d)) : d > acc_t(0);
 }
 
-// Contributions of one lane waiting to be added: a value (sum_x, sum_y, count) for one pixel.
-template <typename acc_t>
-struct Contribution {
-  int64_t pixel = -1;  // -1: nothing to add
-  acc_t x = 0, y = 0, w = 0;
-  __device__ __forceinline__ void absorb(const Contribution& other) {
-    x += other.x;
-    y += other.y;
-    w += other.w;
-  }
-  template <typename Accumulator>
-  __device__ __forceinline__ void flush(const Accumulator& accumulator) const {
-    if (pixel >= 0) accumulator.add(pixel, x, y, w);
-  }
-};
-
-// Adds `below` to `left` or `right` if it is for the same pixel, else issues it.
-template <typename acc_t, typename Accumulator>
-__device__ __forceinline__ void join_or_flush(const Contribution<acc_t>& below,
-                                              Contribution<acc_t>& left, Contribution<acc_t>& right,
-                                              const Accumulator& accumulator) {
-  if (below.pixel < 0) return;
-  if (below.pixel == left.pixel) {
-    left.absorb(below);
-  } else if (below.pixel == right.pixel) {
-    right.absorb(below);
-  } else {
-    below.flush(accumulator);
-  }
-}
-
 // Source pixels handled by one lane: a column of kScatterRows rows of a row strip.
 constexpr int kScatterRows = 4;
 
 // A warp takes 32 neighbouring source pixels of each row of a strip of kScatterRows rows (lane =
-// column; the loop is warp-uniform, so lanes can exchange targets), with no index divisions per
-// pixel. With smooth flow neighbouring sources hit the same targets, and only the first
-// contribution to a target is issued as an atomic, with the others added to it first:
-// - across lanes, lane k's right column of targets is lane k+1's left column: lane k adds both;
-// - down the strip, a row's bottom targets are the next row's top targets: the lane keeps its
-//   bottom contributions in registers and adds them to the next row's tops when the pixels match.
-// For a smooth field that is about one atomic per source pixel instead of four; the benchmark's
-// flow (half a pixel of per-pixel noise after t) still needs 3.2, as noise breaks the matches,
-// and then the kernel is bound by the L2's atomic throughput (ncu at 4K: L2 72% busy, 316 us).
-// Merging only pre-sums additions to one pixel, so it is valid for any flow (when pixels differ
-// it simply issues both).
+// column), so there are no index divisions per pixel and a lane's loads are in flight together.
+// Each source pixel that lands inside the image adds (−w·G, w) to its corner (L, T) only, one
+// atomic (corner_sums.cuh says how the pixels' sums come back from the corners).
 template <typename scalar_t, typename acc_t, typename Accumulator>
 __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t* __restrict__ depth,
                                int64_t batch, int height, int width, acc_t t, bool inverse_depth,
@@ -135,70 +97,31 @@ __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t
     const int64_t b = strip_of_batch / strips;
     const int y0 = static_cast<int>(strip_of_batch - b * strips) * kScatterRows;
     const int x = group * 32 + lane;
+    if (x >= width) continue;
     const int rows = min(kScatterRows, height - y0);
     const scalar_t* flow_x = flow + b * 2 * plane;
     const scalar_t* flow_y = flow_x + plane;
     const scalar_t* depth_b = depth + b * plane;
-    // All the strip's loads first, so they are in flight together.
     acc_t gx[kScatterRows], gy[kScatterRows], d[kScatterRows];
 #pragma unroll
     for (int r = 0; r < kScatterRows; ++r) {
       const int64_t i = static_cast<int64_t>(y0 + r) * width + x;
-      const bool inside = r < rows && x < width;
+      const bool inside = r < rows;
       gx[r] = inside ? t * static_cast<acc_t>(flow_x[i]) : acc_t(0);
       gy[r] = inside ? t * static_cast<acc_t>(flow_y[i]) : acc_t(0);
       d[r] = inside ? static_cast<acc_t>(depth_b[i]) : acc_t(1);
     }
-    Contribution<acc_t> below_left, below_right;  // the previous row's bottom targets
 #pragma unroll
     for (int r = 0; r < kScatterRows; ++r) {
-      if (r >= rows) break;  // warp-uniform
-      Contribution<acc_t> left, right;  // this source's left and right target columns (top row)
-      int64_t bottom_left = -1, bottom_right = -1;
-      if (x < width) {
-        if (invalid_depth != nullptr && !depth_is_valid(d[r], inverse_depth)) *invalid_depth = 1;
-        ProjectionCorners c;
-        if (project_pixel(x, y0 + r, gx[r], gy[r], width, height, &c)) {
-          const acc_t w = projection_weight(d[r], inverse_depth);
-          const int64_t top = b * plane + static_cast<int64_t>(c.top) * width;
-          const int64_t bottom = b * plane + static_cast<int64_t>(c.bottom) * width;
-          left = {top + c.left, -w * gx[r], -w * gy[r], w};
-          right = left;
-          right.pixel = top + c.right;
-          bottom_left = bottom + c.left;
-          bottom_right = bottom + c.right;
-        }
+      if (r >= rows) break;
+      if (invalid_depth != nullptr && !depth_is_valid(d[r], inverse_depth)) *invalid_depth = 1;
+      ProjectionCorners c;
+      if (project_pixel(x, y0 + r, gx[r], gy[r], width, height, &c)) {
+        const acc_t w = projection_weight(d[r], inverse_depth);
+        accumulator.add(b * plane + static_cast<int64_t>(c.top) * width + c.left, -w * gx[r],
+                        -w * gy[r], w);
       }
-      // Across lanes: take the next lane's left column when it is this lane's right column.
-      constexpr unsigned kAll = 0xffffffffu;
-      const int64_t next_left = __shfl_down_sync(kAll, left.pixel, 1);
-      const int64_t next_bottom_left = __shfl_down_sync(kAll, bottom_left, 1);
-      const Contribution<acc_t> next{next_left, __shfl_down_sync(kAll, left.x, 1),
-                                     __shfl_down_sync(kAll, left.y, 1),
-                                     __shfl_down_sync(kAll, left.w, 1)};
-      const int64_t previous_right = __shfl_up_sync(kAll, right.pixel, 1);
-      const int64_t previous_bottom_right = __shfl_up_sync(kAll, bottom_right, 1);
-      const bool projected = left.pixel >= 0;
-      if (projected && lane < 31 && next_left == right.pixel && next_bottom_left == bottom_right) {
-        right.absorb(next);
-      }
-      if (projected && lane > 0 && previous_right == left.pixel &&
-          previous_bottom_right == bottom_left) {
-        left.pixel = bottom_left = -1;  // the previous lane adds them
-      }
-      // This row's bottoms wait for the next row, with the values of the tops before they absorb
-      // the previous row's bottoms, which join them when the pixels match.
-      const Contribution<acc_t> new_below_left{bottom_left, left.x, left.y, left.w};
-      const Contribution<acc_t> new_below_right{bottom_right, right.x, right.y, right.w};
-      join_or_flush(below_left, left, right, accumulator);
-      join_or_flush(below_right, left, right, accumulator);
-      left.flush(accumulator);
-      right.flush(accumulator);
-      below_left = new_below_left;
-      below_right = new_below_right;
     }
-    below_left.flush(accumulator);
-    below_right.flush(accumulator);
   }
 }
 
@@ -241,17 +164,24 @@ struct FixedPointSlots {
 
 // ---- normalise without hole filling -------------------------------------------------------
 
+// Thread = pixel; grid-stride over the image rows (no index division per pixel).
 template <typename scalar_t, typename count_t, typename Slots>
-__global__ void normalize_kernel(Slots slots_arg, int64_t batch, int64_t plane,
+__global__ void normalize_kernel(Slots slots_arg, int64_t batch, int height, int width,
                                  scalar_t* __restrict__ out, count_t* __restrict__ count) {
   using calc_t = typename Slots::calc_type;
   const Slots slots = slots_arg.bind();
-  REDET_CUDA_GRID_STRIDE(index, batch * plane) {
-    const int64_t b = index / plane, i = index - b * plane;
-    const auto p = load_projected<count_t, calc_t>(slots, index);  // a hole gives (0, 0, 0)
-    out[b * 2 * plane + i] = static_cast<scalar_t>(p.x);
-    out[b * 2 * plane + plane + i] = static_cast<scalar_t>(p.y);
-    count[index] = p.count;
+  const int64_t plane = static_cast<int64_t>(height) * width;
+  for (int64_t image_row = blockIdx.y; image_row < batch * height; image_row += gridDim.y) {
+    const int64_t b = image_row / height;
+    const int y = static_cast<int>(image_row - b * height);
+    for (int x = blockIdx.x * blockDim.x + threadIdx.x; x < width; x += blockDim.x * gridDim.x) {
+      const Sums<calc_t> s = pixel_sums<calc_t>(slots, b * plane, x, y, width, height);
+      const auto p = project_slot<count_t>(s.x, s.y, s.c);  // a hole gives (0, 0, 0)
+      const int64_t i = image_row * width + x;
+      out[i + b * plane] = static_cast<scalar_t>(p.x);  // (b, 0, y, x) of the output
+      out[i + b * plane + plane] = static_cast<scalar_t>(p.y);
+      count[i] = p.count;
+    }
   }
 }
 
@@ -333,10 +263,11 @@ void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool f
                      cudaStream_t stream) {
   scalar_t* out = io.output.data_ptr<scalar_t>();
   count_t* count = io.count.data_ptr<count_t>();
-  const int64_t plane = static_cast<int64_t>(io.height) * io.width;
   if (!fill_holes) {
-    normalize_kernel<scalar_t, count_t><<<blocks_for(io.batch * plane), kThreads, 0, stream>>>(
-        slots, io.batch, plane, out, count);
+    const dim3 grid((io.width + kThreads - 1) / kThreads,
+                    static_cast<unsigned>(std::min<int64_t>(io.batch * io.height, 65535)));
+    normalize_kernel<scalar_t, count_t><<<grid, kThreads, 0, stream>>>(slots, io.batch, io.height,
+                                                                      io.width, out, count);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }

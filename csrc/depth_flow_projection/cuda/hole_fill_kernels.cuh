@@ -3,30 +3,30 @@
 // added in that order) and all arithmetic are the shared functions of common/flow_hole_fill.h, as
 // on the CPU, so the results are the CPU's bit for bit. Only the search for the neighbours differs.
 //
-// Design, and why. The previous design (a row pass storing left + right in each hole's slot, then
-// a column pass adding top + bottom) measured at 4K on an H200: row pass 34-41 us, column pass
-// 78-80 us, for 4.5% holes, while plain normalisation of every pixel takes 66 us. Both passes were
-// chains of dependent loads: a pass's loads of neighbour values could not be issued before its
-// own earlier stores into the same accumulator buffer, and the column pass ran one block per
-// 32-column strip (120 blocks at 4K). Here nothing is stored into the accumulators, so every
-// hole's loads are independent:
+// Design, and why. An earlier design (a row pass storing left + right in each hole's slot, then
+// a column pass adding top + bottom) took 178 us at 4K on an H200 (4.5% holes): each pass was a
+// chain of dependent loads behind its own stores, and the column pass had one block per 32-column
+// strip. These two kernels take 131 us there (mark 66 - the cost of plain normalisation - and
+// fill 65), and nothing is stored into the accumulators, so every hole's loads are independent:
 //   1. mark_tiles_kernel: a warp normalises a 32 x 32 tile (lane = column, 32 rows; a hole gets
-//      0, 0, 0 for now) and writes two 1-bit masks of its non-holes (HoleMasks): row words (one
-//      per 32-pixel chunk of a row, a ballot per row) and column words (one per 32-row chunk of
-//      a column, the tile's 32 row words bit-transposed), and sets the summary bit of each word
-//      that has a non-hole.
+//      0, 0, 0 for now) from the corner sums (corner_sums.cuh) and writes two 1-bit masks of its
+//      non-holes (HoleMasks): row words (one per 32-pixel chunk of a row, a ballot per row) and
+//      column words (one per 32-row chunk of a column, the tile's 32 row words bit-transposed),
+//      and sets the summary bit of each word that has a non-hole.
 //   2. fill_holes_kernel: a warp per row chunk; each hole lane finds its nearest non-holes in the
 //      row words (left, right) and the column words (top, bottom) - in the word it starts in, or
 //      through the summaries, which skip 1024 pixels per load (a half-empty 4K image has runs of
-//      ~2000 holes) - then loads the four values together and writes the mean.
+//      ~2000 holes) - then reads the four values together and writes the mean.
 // Non-holes cost one read of the accumulators and one write of output and count (as in plain
 // normalisation) plus a few bits; the rest scales with the holes.
 #pragma once
 #include <stdint.h>
 
+#include <type_traits>
 #include <utility>
 
 #include "common/flow_hole_fill.h"
+#include "depth_flow_projection/cuda/corner_sums.cuh"
 
 namespace redet {
 
@@ -67,7 +67,7 @@ struct HoleMasks {
 
 // ---- 1. normalise and mark --------------------------------------------------------------------
 
-constexpr int kMarkRowsPerStep = 4;  // rows whose loads a warp has in flight together
+constexpr int kMarkRowsPerStep = 8;  // rows whose loads a warp has in flight together
 
 // A 32x32 bit matrix, lane r holding row r (bit c: column c), transposed: lane c gets column c
 // (bit r: row r). Five butterfly stages; stage j swaps the off-diagonal j x j blocks.
@@ -100,23 +100,37 @@ __global__ void mark_tiles_kernel(Slots slots_arg, int64_t batch, int height, in
     const int64_t b = image_rows / row_chunks;
     const int y0 = static_cast<int>(image_rows - b * row_chunks) * kWarp;
     const int x = chunk * kWarp + lane;
+    const int64_t image = b * plane;
+    // Row pair sums of the row above the tile (corner_sums.cuh), then of each row in turn: lane =
+    // column, its left corner from the lane before (lane 0 loads its own).
+    Sums<calc_t> above = y0 > 0 && x < width
+                             ? row_pair_sums<calc_t>(slots, image + (y0 - 1) * static_cast<int64_t>(width), x, width)
+                             : no_sums<calc_t>();
     uint32_t my_row_word = 0;  // lane r: the non-hole bits of row y0 + r
     for (int r0 = 0; r0 < kWarp && y0 + r0 < height; r0 += kMarkRowsPerStep) {
-      calc_t sx[kMarkRowsPerStep], sy[kMarkRowsPerStep], c[kMarkRowsPerStep];
+      Sums<calc_t> here[kMarkRowsPerStep], left_of_warp[kMarkRowsPerStep];
 #pragma unroll
       for (int k = 0; k < kMarkRowsPerStep; ++k) {
-        sx[k] = sy[k] = c[k] = calc_t(0);
+        here[k] = left_of_warp[k] = no_sums<calc_t>();
         const int y = y0 + r0 + k;
-        if (y < height && x < width) slots.load(b * plane + static_cast<int64_t>(y) * width + x,
-                                                &sx[k], &sy[k], &c[k]);
+        const int64_t row = image + static_cast<int64_t>(y) * width;
+        if (y < height && x < width) here[k] = corner_at<calc_t>(slots, row + x);
+        if (y < height && lane == 0 && x > 0) left_of_warp[k] = corner_at<calc_t>(slots, row + x - 1);
       }
 #pragma unroll
       for (int k = 0; k < kMarkRowsPerStep; ++k) {
         const int y = y0 + r0 + k;
         if (y >= height) break;  // (warp-uniform)
-        const auto p = project_slot<count_t>(sx[k], sy[k], c[k]);  // past the row: a hole
+        Sums<calc_t> left{__shfl_up_sync(kAllLanes, here[k].x, 1),
+                          __shfl_up_sync(kAllLanes, here[k].y, 1),
+                          __shfl_up_sync(kAllLanes, here[k].c, 1)};
+        if (lane == 0) left = left_of_warp[k];
+        const Sums<calc_t> row_pair = pair_sum(left, here[k], x == width - 1);
+        const Sums<calc_t> s = pair_sum(above, row_pair, y == height - 1);  // = pixel_sums()
+        above = row_pair;
+        const auto p = project_slot<count_t>(s.x, s.y, s.c);  // past the row: a hole
         if (x < width) {
-          const int64_t i = b * plane + static_cast<int64_t>(y) * width + x;
+          const int64_t i = image + static_cast<int64_t>(y) * width + x;
           out[i + b * plane] = static_cast<scalar_t>(p.x);  // (b, 0, y, x) of the output
           out[i + b * plane + plane] = static_cast<scalar_t>(p.y);
           count[i] = p.count;
@@ -188,6 +202,26 @@ __device__ __forceinline__ int nearest_bit_after(const BitLine& line, uint32_t f
   return found * kWarp + lowest_set_bit(line.words[found * line.stride]);
 }
 
+// The value of the non-hole (x, y) of the image whose output starts at out_x, slots at `image`
+// (x < 0: none in that direction). When the output type is the
+// one the fill computes in, that is exactly the output mark_tiles_kernel stored (sum_x / count);
+// otherwise (fp16/bf16, or fixed point) it is recomputed from the corners at full precision.
+template <typename calc_t, typename scalar_t, typename Slots>
+__device__ __forceinline__ NeighbourValue<calc_t> neighbour_value(const Slots& slots,
+                                                                  const scalar_t* out_x,
+                                                                  int64_t plane, int64_t image,
+                                                                  int x, int y, int width,
+                                                                  int height) {
+  if (x < 0) return {false, calc_t(0), calc_t(0)};
+  const int64_t j = static_cast<int64_t>(y) * width + x;
+  if constexpr (std::is_same_v<scalar_t, calc_t>) {
+    return {true, out_x[j], out_x[j + plane]};
+  } else {
+    const Sums<calc_t> s = pixel_sums<calc_t>(slots, image, x, y, width, height);
+    return {true, s.x / s.c, s.y / s.c};
+  }
+}
+
 // Warp = one 32-pixel chunk of a row, lane = pixel; grid-stride over batch·height·chunks. Only
 // holes do any work past reading the chunk's row word.
 template <typename scalar_t, typename count_t, typename Slots>
@@ -220,20 +254,21 @@ __global__ void fill_holes_kernel(Slots slots_arg, HoleMasks masks, int64_t batc
     const int right = nearest_bit_after(row, valid, x);
     const int top = nearest_bit_before(column, column_word, y);
     const int bottom = nearest_bit_after(column, column_word, y);
-    const int64_t row_start = b * plane + static_cast<int64_t>(y) * width;  // slot of (b, y, 0)
-    const int64_t column_start = b * plane + x;                              // slot of (b, 0, x)
-    const auto left_value = projected_value_at<calc_t>(slots, left >= 0 ? row_start + left : -1);
-    const auto right_value = projected_value_at<calc_t>(slots, right >= 0 ? row_start + right : -1);
-    const auto top_value = projected_value_at<calc_t>(
-        slots, top >= 0 ? column_start + static_cast<int64_t>(top) * width : -1);
-    const auto bottom_value = projected_value_at<calc_t>(
-        slots, bottom >= 0 ? column_start + static_cast<int64_t>(bottom) * width : -1);
+    const int64_t image = b * plane;
+    scalar_t* out_x = out + 2 * image;  // (b, 0, 0, 0) of the output
+    const auto value_at = [&](int xn, int yn) {
+      return neighbour_value<calc_t>(slots, out_x, plane, image, xn, yn, width, height);
+    };
+    const auto left_value = value_at(left, left >= 0 ? y : -1);
+    const auto right_value = value_at(right, right >= 0 ? y : -1);
+    const auto top_value = value_at(top >= 0 ? x : -1, top);
+    const auto bottom_value = value_at(bottom >= 0 ? x : -1, bottom);
     // The CPU's order: left + right (its row pass), then top and bottom (finish_hole).
     HoleSum<calc_t> sum{calc_t(0), calc_t(0), 0};
     sum.add(left_value);
     sum.add(right_value);
-    finish_hole(sum, top_value, bottom_value, out + b * plane + row_start + x, plane,
-                count + row_start + x);
+    const int64_t j = static_cast<int64_t>(y) * width + x;
+    finish_hole(sum, top_value, bottom_value, out_x + j, plane, count + image + j);
   }
 }
 
