@@ -28,7 +28,6 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import forbid_double_backward
 
 OP = "depth_flow_projection"
 
@@ -47,26 +46,8 @@ if _ext.is_loaded():
         return (torch.empty_like(flow, memory_format=torch.contiguous_format),
                 torch.empty_like(depth, memory_format=torch.contiguous_format))
 
-    def _setup_context(ctx, inputs, output):
-        flow, depth, t, inverse_depth, fill_holes, _check = inputs
-        projected, count = output
-        ctx.mark_non_differentiable(count)
-        ctx.save_for_backward(flow, depth, projected, count)
-        ctx.args = (t, inverse_depth, fill_holes)
-
-    def _backward(ctx, grad_output, _grad_count):
-        flow, depth, projected, count = ctx.saved_tensors
-        grad_flow = grad_depth = None
-        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
-            grad_flow, grad_depth = torch.ops.redet._depth_flow_projection_backward(
-                grad_output, flow, depth, projected, count, *ctx.args)
-        return grad_flow, grad_depth, None, None, None, None
-
-    torch.library.register_autograd("redet::depth_flow_projection", _backward,
-                                    setup_context=_setup_context)
-    torch.library.register_autograd(
-        "redet::_depth_flow_projection_backward", forbid_double_backward(OP),
-        setup_context=lambda ctx, inputs, output: None)
+    # Autograd: csrc/depth_flow_projection/depth_flow_projection_autograd.cpp (in C++, so a call
+    # costs no Python round trip).
 
 
 def _time(t) -> float:

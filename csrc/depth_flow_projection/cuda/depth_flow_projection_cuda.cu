@@ -243,24 +243,30 @@ at::Tensor fixed_point_bounds(const at::Tensor& flow, const at::Tensor& depth, d
   return at::stack({count_bound, count_bound * f_max * t});
 }
 
-// Accumulators: 4 values per pixel, then one more slot whose first int is the invalid-depth flag;
-// zeroed by one memset, so the depth check costs no kernel of its own.
-at::Tensor zeroed_accumulators(int64_t pixels, const at::TensorOptions& options,
-                               cudaStream_t stream) {
-  auto acc = at::empty({pixels + 1, 4}, options);
-  C10_CUDA_CHECK(cudaMemsetAsync(acc.data_ptr(), 0, acc.nbytes(), stream));
-  return acc;
-}
+// What the scatter and the finalisation share, zeroed by one memset: the accumulators (4 values
+// per pixel), then one slot whose first int is the invalid-depth flag, then (when filling) the
+// summary words of the hole masks.
+struct Workspace {
+  at::Tensor acc;
+  int* invalid_depth;   // nullptr when depth is not checked
+  uint32_t* summaries;  // the hole masks' summaries (when filling)
+};
 
-int* invalid_depth_flag(const at::Tensor& acc, int64_t pixels, bool check_depth) {
-  if (!check_depth) return nullptr;
-  return reinterpret_cast<int*>(static_cast<char*>(acc.data_ptr()) + pixels * 4 * acc.element_size());
+Workspace zeroed_workspace(int64_t pixels, int64_t summary_words, bool check_depth,
+                           const at::TensorOptions& options, cudaStream_t stream) {
+  const int64_t slot_bytes = 4 * static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
+  const int64_t summary_slots = (summary_words * 4 + slot_bytes - 1) / slot_bytes;
+  auto acc = at::empty({pixels + 1 + summary_slots, 4}, options);
+  C10_CUDA_CHECK(cudaMemsetAsync(acc.data_ptr(), 0, acc.nbytes(), stream));
+  char* flag_slot = static_cast<char*>(acc.data_ptr()) + pixels * slot_bytes;
+  return {acc, check_depth ? reinterpret_cast<int*>(flag_slot) : nullptr,
+          reinterpret_cast<uint32_t*>(flag_slot + slot_bytes)};
 }
 
 // Normalisation, or the two kernels of the hole filling.
 template <typename scalar_t, typename count_t, typename Slots>
 void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool fill_holes,
-                     cudaStream_t stream) {
+                     uint32_t* summaries, cudaStream_t stream) {
   scalar_t* out = io.output.data_ptr<scalar_t>();
   count_t* count = io.count.data_ptr<count_t>();
   if (!fill_holes) {
@@ -271,13 +277,11 @@ void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool f
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
-  // The non-hole masks (hole_fill_kernels.cuh), one allocation; only the summaries need zeros.
-  const auto [word_count, summary_count] = HoleMasks::sizes(io.batch, io.height, io.width);
-  const auto words = at::empty({word_count}, io.count.options().dtype(at::kInt));
-  uint32_t* first_word = reinterpret_cast<uint32_t*>(words.data_ptr<int32_t>());
-  C10_CUDA_CHECK(cudaMemsetAsync(first_word + word_count - summary_count, 0,
-                                 summary_count * sizeof(uint32_t), stream));
-  const HoleMasks masks = HoleMasks::in(first_word, io.batch, io.height, io.width);
+  // The non-hole masks (hole_fill_kernels.cuh); the summaries, zeroed, are in the workspace.
+  const auto words = at::empty({HoleMasks::word_count(io.batch, io.height, io.width)},
+                               io.count.options().dtype(at::kInt));
+  const HoleMasks masks = HoleMasks::in(reinterpret_cast<uint32_t*>(words.data_ptr<int32_t>()),
+                                        summaries, io.batch, io.height, io.width);
   const int64_t tiles = io.batch * chunks_of(io.height) * chunks_of(io.width);
   mark_tiles_kernel<scalar_t, count_t><<<blocks_for(tiles * kWarp), kThreads, 0, stream>>>(
       slots, io.batch, io.height, io.width, out, count, masks);
@@ -305,8 +309,11 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
   const int scatter_blocks = blocks_for(scatter_warps * 32);
   const bool deterministic = at::globalContext().deterministicAlgorithms();
   const auto acc_type = deterministic ? at::kLong : flow_projection_acc_type(flow.scalar_type());
-  const auto acc = zeroed_accumulators(n, flow.options().dtype(acc_type), stream);
-  int* invalid_depth = invalid_depth_flag(acc, n, check_depth);
+  const auto workspace = zeroed_workspace(
+      n, fill_holes ? HoleMasks::summary_count(io.batch, io.height, io.width) : 0, check_depth,
+      flow.options().dtype(acc_type), stream);
+  const at::Tensor& acc = workspace.acc;
+  int* invalid_depth = workspace.invalid_depth;
   AsyncReadback depth_flag;  // (checked calls only) waited for once the fill is enqueued
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_cuda", [&] {
@@ -323,13 +330,15 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
       long long* a = reinterpret_cast<long long*>(acc.data_ptr<int64_t>());
       scatter(FixedPointAccumulator{a, bound.data_ptr<double>()});
       launch_finalize<scalar_t, acc_t>(FixedPointSlots{a, bound.data_ptr<double>(), 0.0, 0.0}, io,
-                                       fill_holes, stream);
+                                       fill_holes, workspace.summaries, stream);
     } else if constexpr (std::is_same_v<acc_t, double>) {
       scatter(DoubleAccumulator{acc.data_ptr<double>()});
-      launch_finalize<scalar_t, acc_t>(DoubleSlots{{acc.data_ptr<double>()}}, io, fill_holes, stream);
+      launch_finalize<scalar_t, acc_t>(DoubleSlots{{acc.data_ptr<double>()}}, io, fill_holes,
+                                       workspace.summaries, stream);
     } else {
       scatter(FloatAccumulator{acc.data_ptr<float>()});
-      launch_finalize<scalar_t, acc_t>(FloatSlots{acc.data_ptr<float>()}, io, fill_holes, stream);
+      launch_finalize<scalar_t, acc_t>(FloatSlots{acc.data_ptr<float>()}, io, fill_holes,
+                                       workspace.summaries, stream);
     }
   });
   if (depth_flag.started() && *static_cast<const int*>(depth_flag.wait()) != 0) {

@@ -36,8 +36,8 @@ constexpr unsigned kAllLanes = 0xffffffffu;
 // 32-pixel chunks of a row or 32-row chunks of a column (words of a line of bits).
 __host__ __device__ inline int chunks_of(int length) { return (length + kWarp - 1) / kWarp; }
 
-// The fill's non-hole bits, one allocation (row-major layouts, chunk = x / 32, row chunk = y / 32;
-// column layouts put neighbouring columns side by side, so a warp's accesses coalesce):
+// The fill's non-hole bits (row-major layouts, chunk = x / 32, row chunk = y / 32; column layouts
+// put neighbouring columns side by side, so a warp's accesses coalesce):
 //   row words (b, y, chunk), column words (b, row chunk, x), and their summaries: row summary
 //   (b, y, chunk / 32), bit chunk % 32, column summary (b, row chunk / 32, x), bit row chunk % 32,
 //   set when that word has a non-hole. The summaries must be zero before mark_tiles_kernel.
@@ -47,21 +47,19 @@ struct HoleMasks {
   uint32_t* row_summary;
   uint32_t* column_summary;
 
-  // Words needed for an image batch: {all words, the summaries' words (stored last)}.
-  static std::pair<int64_t, int64_t> sizes(int64_t batch, int height, int width) {
-    const int chunks = chunks_of(width), row_chunks = chunks_of(height);
-    const int64_t words = batch * (static_cast<int64_t>(height) * chunks +
-                                   static_cast<int64_t>(row_chunks) * width);
-    const int64_t summaries = batch * (static_cast<int64_t>(height) * chunks_of(chunks) +
-                                       static_cast<int64_t>(chunks_of(row_chunks)) * width);
-    return {words + summaries, summaries};
+  // 32-bit words needed for an image batch: the words, and (apart, as they need zeroing) the summaries.
+  static int64_t word_count(int64_t batch, int height, int width) {
+    return batch * (static_cast<int64_t>(height) * chunks_of(width) +
+                    static_cast<int64_t>(chunks_of(height)) * width);
   }
-  static HoleMasks in(uint32_t* words, int64_t batch, int height, int width) {
-    const int chunks = chunks_of(width), row_chunks = chunks_of(height);
-    uint32_t* column_words = words + batch * height * chunks;
-    uint32_t* row_summary = column_words + batch * row_chunks * width;
-    uint32_t* column_summary = row_summary + batch * height * chunks_of(chunks);
-    return {words, column_words, row_summary, column_summary};
+  static int64_t summary_count(int64_t batch, int height, int width) {
+    return batch * (static_cast<int64_t>(height) * chunks_of(chunks_of(width)) +
+                    static_cast<int64_t>(chunks_of(chunks_of(height))) * width);
+  }
+  static HoleMasks in(uint32_t* words, uint32_t* summaries, int64_t batch, int height, int width) {
+    uint32_t* column_words = words + batch * height * chunks_of(width);
+    uint32_t* column_summary = summaries + batch * height * chunks_of(chunks_of(width));
+    return {words, column_words, summaries, column_summary};
   }
 };
 
