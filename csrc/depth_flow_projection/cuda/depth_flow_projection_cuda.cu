@@ -283,7 +283,11 @@ void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool f
   const HoleMasks masks = HoleMasks::in(reinterpret_cast<uint32_t*>(words.data_ptr<int32_t>()),
                                         summaries, io.batch, io.height, io.width);
   const int64_t tiles = io.batch * chunks_of(io.height) * chunks_of(io.width);
-  mark_tiles_kernel<scalar_t, count_t><<<blocks_for(tiles * kWarp), kThreads, 0, stream>>>(
+  // Two warps per block: at (4, 2, 256, 448) there are only 448 tiles, and 256-thread blocks
+  // would leave most multiprocessors idle.
+  constexpr int kMarkThreads = 2 * kWarp;
+  const int mark_blocks = blocks_for(tiles * kWarp, kMarkThreads);
+  mark_tiles_kernel<scalar_t, count_t><<<mark_blocks, kMarkThreads, 0, stream>>>(
       slots, io.batch, io.height, io.width, out, count, masks);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   const int64_t chunk_items = io.batch * io.height * chunks_of(io.width);  // a warp each
