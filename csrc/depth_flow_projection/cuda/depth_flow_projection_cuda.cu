@@ -254,7 +254,8 @@ struct Workspace {
 
 Workspace zeroed_workspace(int64_t pixels, int64_t summary_words, bool check_depth,
                            const at::TensorOptions& options, cudaStream_t stream) {
-  const int64_t slot_bytes = 4 * static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
+  const int64_t slot_bytes =
+      4 * static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
   const int64_t summary_slots = (summary_words * 4 + slot_bytes - 1) / slot_bytes;
   auto acc = at::empty({pixels + 1 + summary_slots, 4}, options);
   C10_CUDA_CHECK(cudaMemsetAsync(acc.data_ptr(), 0, acc.nbytes(), stream));

@@ -47,7 +47,8 @@ struct HoleMasks {
   uint32_t* row_summary;
   uint32_t* column_summary;
 
-  // 32-bit words needed for an image batch: the words, and (apart, as they need zeroing) the summaries.
+  // 32-bit words needed for an image batch: the words, and apart (they need zeroing) the
+  // summaries.
   static int64_t word_count(int64_t batch, int height, int width) {
     return batch * (static_cast<int64_t>(height) * chunks_of(width) +
                     static_cast<int64_t>(chunks_of(height)) * width);
@@ -101,9 +102,9 @@ __global__ void mark_tiles_kernel(Slots slots_arg, int64_t batch, int height, in
     const int64_t image = b * plane;
     // Row pair sums of the row above the tile (corner_sums.cuh), then of each row in turn: lane =
     // column, its left corner from the lane before (lane 0 loads its own).
-    Sums<calc_t> above = y0 > 0 && x < width
-                             ? row_pair_sums<calc_t>(slots, image + (y0 - 1) * static_cast<int64_t>(width), x, width)
-                             : no_sums<calc_t>();
+    const int64_t row_above = image + static_cast<int64_t>(y0 - 1) * width;
+    Sums<calc_t> above = y0 > 0 && x < width ? row_pair_sums<calc_t>(slots, row_above, x, width)
+                                             : no_sums<calc_t>();
     uint32_t my_row_word = 0;  // lane r: the non-hole bits of row y0 + r
     for (int r0 = 0; r0 < kWarp && y0 + r0 < height; r0 += kMarkRowsPerStep) {
       Sums<calc_t> here[kMarkRowsPerStep], left_of_warp[kMarkRowsPerStep];
@@ -113,7 +114,9 @@ __global__ void mark_tiles_kernel(Slots slots_arg, int64_t batch, int height, in
         const int y = y0 + r0 + k;
         const int64_t row = image + static_cast<int64_t>(y) * width;
         if (y < height && x < width) here[k] = corner_at<calc_t>(slots, row + x);
-        if (y < height && lane == 0 && x > 0) left_of_warp[k] = corner_at<calc_t>(slots, row + x - 1);
+        if (y < height && lane == 0 && x > 0) {
+          left_of_warp[k] = corner_at<calc_t>(slots, row + x - 1);
+        }
       }
 #pragma unroll
       for (int k = 0; k < kMarkRowsPerStep; ++k) {
