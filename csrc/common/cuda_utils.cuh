@@ -19,6 +19,11 @@ constexpr int kThreads = 256;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
        i += (int64_t)blockDim.x * gridDim.x)
 
+// The same with a warp per work item: i is warp-uniform, so the warp may shuffle and ballot.
+#define REDET_CUDA_WARP_STRIDE(i, n) \
+  for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32; i < (n); \
+       i += (int64_t)(blockDim.x / 32) * gridDim.x)
+
 inline int multiprocessor_count() {
   int device = 0, count = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));

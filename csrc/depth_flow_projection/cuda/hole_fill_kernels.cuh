@@ -1,7 +1,8 @@
 // Hole filling of the depth-aware flow projection on CUDA: the two kernels of the forward's fill.
 // The semantics (each hole: the mean of the nearest non-holes to its left, right, top and bottom,
 // added in that order) and all arithmetic are the shared functions of common/flow_hole_fill.h, as
-// on the CPU, so the results are the CPU's bit for bit. Only the search for the neighbours differs.
+// on the CPU, so the results are the CPU's bit for bit wherever the projected sums are exact in any
+// order (corner_sums.cuh). Only the search for the neighbours differs.
 //
 // Design, and why. An earlier design (a row pass storing left + right in each hole's slot, then
 // a column pass adding top + bottom) took 178 us at 4K on an H200 (4.5% holes): each pass was a
@@ -25,6 +26,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "common/cuda_utils.cuh"
 #include "common/flow_hole_fill.h"
 #include "depth_flow_projection/cuda/corner_sums.cuh"
 
@@ -91,9 +93,7 @@ __global__ void mark_tiles_kernel(Slots slots_arg, int64_t batch, int height, in
   const int chunks = chunks_of(width), row_chunks = chunks_of(height);
   const int64_t tiles = batch * row_chunks * chunks;
   const int64_t plane = static_cast<int64_t>(height) * width;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
-  for (int64_t tile = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp;
-       tile < tiles; tile += warps) {  // (warp-uniform)
+  REDET_CUDA_WARP_STRIDE(tile, tiles) {
     const int chunk = static_cast<int>(tile % chunks);
     const int64_t image_rows = tile / chunks;  // b · row_chunks + row chunk
     const int64_t b = image_rows / row_chunks;
@@ -235,9 +235,7 @@ __global__ void fill_holes_kernel(Slots slots_arg, HoleMasks masks, int64_t batc
   const int chunks = chunks_of(width), row_chunks = chunks_of(height);
   const int64_t total = batch * height * chunks;
   const int64_t plane = static_cast<int64_t>(height) * width;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
-  for (int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp;
-       item < total; item += warps) {
+  REDET_CUDA_WARP_STRIDE(item, total) {
     const int64_t image_row = item / chunks;  // b · height + y
     const int chunk = static_cast<int>(item - image_row * chunks);
     const int x = chunk * kWarp + lane;
