@@ -1,16 +1,19 @@
 """Where the CUDA depth-aware flow projection forward (+ hole filling, depth checked) spends its
-GPU time: per-kernel device time (scatter, row pass, column pass, memset, the flag copy) from
+GPU time: per-kernel device time (memset, scatter, mark tiles, fill holes / normalise) from
 torch.profiler, L2 flushed before every call, on the smooth flow of bench_depth_flow_projection.py.
+Also the wall time per call of 200 calls in a row (no L2 flush, one synchronisation at the end),
+checked and unchecked: when that exceeds the kernels' sum, the host is the bottleneck.
 Diagnostic only (the profiler's own timing, not CUDA events): it says which kernel to work on.
 Usage: python benchmarks/profile_depth_flow_projection.py --out FILE.json"""
 import argparse
+import time
 
 import torch
 
 from _timing import environment, kernel_times_us, write_json
 from bench_depth_flow_projection import SHAPES, T, make_inputs
 
-OURS = ("redet", "Memset", "Memcpy")  # our kernels live in namespace redet; memset/flag copy
+OURS = ("redet", "Memset", "Memcpy")  # our kernels live in namespace redet; the memset
 
 
 def profile_case(batch, height, width, fill):
@@ -18,6 +21,19 @@ def profile_case(batch, height, width, fill):
     op = torch.ops.redet.depth_flow_projection
     return kernel_times_us(lambda: op(flow, depth, T, False, fill, True),
                            keep=lambda name: any(tag in name for tag in OURS))
+
+
+def host_bound_us(batch, height, width, check, calls=200):
+    flow, depth = make_inputs(batch, height, width)
+    op = torch.ops.redet.depth_flow_projection
+    for _ in range(10):
+        op(flow, depth, T, False, True, check)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        op(flow, depth, T, False, True, check)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def main():
@@ -28,6 +44,9 @@ def main():
     for name, shape in SHAPES.items():
         for fill in (False, True):
             row = dict(shape=name, size=list(shape), fill=fill, **profile_case(*shape, fill))
+            if fill:
+                row["back_to_back_us_per_call"] = {
+                    "checked": host_bound_us(*shape, True), "unchecked": host_bound_us(*shape, False)}
             print(row, flush=True)
             rows.append(row)
     write_json(args.out, dict(op="depth_flow_projection (profile)", environment=environment(),

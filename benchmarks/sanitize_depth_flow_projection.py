@@ -4,7 +4,8 @@ mark and fill kernels; fill transpose, gather backward) on edge cases: 1x1, sing
 everything pushed off the image (all holes), border landings, B > 1, and the large-hole cases of
 the tests on a wide image (many row words), a tall one and a very tall narrow one (searches over
 many column words), and exact cases on the fill kernels' boundaries (see test_depth_flow_projection_fill_exact.py); with and without
-the depth check (its flag), and one invalid depth.
+the depth check (its flag), one image large enough for the marking's one-warp-per-tile path, and
+one invalid depth.
 Usage: compute-sanitizer --tool memcheck python benchmarks/sanitize_depth_flow_projection.py"""
 import os
 import sys
@@ -47,6 +48,10 @@ def run():
                     out = redet_plugin.ops.depth_flow_projection(f, d, 0.5, fill, check_depth=fill)
                     out.backward(torch.ones_like(out))
     torch.use_deterministic_algorithms(False)
+    # enough tiles for one warp per tile in the marking (the cases above have few: four per tile)
+    flow, depth = exact_hole_case(1, 1100, 1100, seed=0)
+    for fill in (False, True):
+        redet_plugin.ops.depth_flow_projection(flow.cuda(), depth.cuda(), 0.5, fill)
     bad = torch.ones(1, 1, 4, 40, device="cuda")
     bad[0, 0, 2, 3] = 0
     try:

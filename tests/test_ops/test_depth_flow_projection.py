@@ -323,6 +323,49 @@ def test_bad_inputs_name_the_argument():
 
 
 @CUDA
+@pytest.mark.parametrize("fill", [False, True])
+def test_cuda_bad_depth_values_raise(fill):
+    """On CUDA the scatter flags bad values in pinned memory, read after one event wait: the same
+    errors as on the CPU, and the next good call is not affected by the last bad one."""
+    flow, depth = (x.cuda() for x in make_case("rough"))
+    expected = depth_flow_projection(flow, depth, fill_holes=fill)
+    bad = depth.clone()
+    bad[1, 0, 2, 3] = 0.0
+    with pytest.raises(RuntimeError, match=r"depth must be > 0 \(and not NaN\), got 0"):
+        depth_flow_projection(flow, bad, fill_holes=fill)
+    assert torch.equal(depth_flow_projection(flow, depth, fill_holes=fill), expected)
+    bad[1, 0, 2, 3] = float("nan")
+    with pytest.raises(RuntimeError, match="depth must be > 0.*got nan"):
+        depth_flow_projection(flow, bad, fill_holes=fill)
+    with pytest.raises(RuntimeError, match="inverse_depth must be finite and >= 0, got -"):
+        depth_flow_projection(flow, inverse_depth=-depth, fill_holes=fill)
+    depth_flow_projection(flow, bad, fill_holes=fill, check_depth=False)  # unchecked: no error
+    torch.cuda.synchronize()
+
+
+@CUDA
+def test_cuda_depth_checks_from_several_threads():
+    """Each thread has its own flags: concurrent good and bad calls each get their own answer."""
+    from concurrent.futures import ThreadPoolExecutor
+    flow, depth = (x.cuda() for x in make_case("rough", batch=2, height=64, width=96))
+    bad = depth.clone()
+    bad[0, 0, 10, 20] = -1.0
+
+    def run(i):
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            try:
+                depth_flow_projection(flow, bad if i % 2 else depth)
+                return "ok"
+            except RuntimeError as error:
+                return "error" if "depth must be > 0" in str(error) else str(error)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, range(40)))
+    assert results == ["error" if i % 2 else "ok" for i in range(40)]
+
+
+@CUDA
 def test_device_mismatch():
     flow, depth = make_case("rough")
     with pytest.raises(RuntimeError, match="depth must be on the same device as flow"):

@@ -11,9 +11,13 @@ from tests.test_ops._flow_hole_cases import exact_hole_case
 from tests.test_ops._reference import depth_flow_projection_reference
 from tests.test_ops.test_depth_flow_projection import CUDA, OP
 # H in (1, 31, 33, 4097) x W in (1, 33, 100), then: several warps per row (W > 1024), more word
-# groups than warps per row (W > 32768), column segments of 2-5 words (H > 1024)
+# groups than warps per row (W > 32768), column segments of 2-5 words (H > 1024); the tile marking
+# splits each tile among four warps when there are fewer than 8 per multiprocessor (all but the
+# last three here on an H200) and gives a tile one warp otherwise (the last three, with full tiles
+# in (1, 1100, 1100)); (3, 70, 100) leaves three of the four warps of its last tile row no rows.
 CUDA_SHAPES = [(2, h, w) for h in (1, 31, 33, 4097) for w in (1, 33, 100)] + [
-    (2, 40, 1025), (1, 9, 2049), (2, 2, 33000), (1, 1, 70000), (2, 1100, 3), (1, 5000, 40)]
+    (3, 70, 100), (2, 40, 1025), (1, 9, 2049), (2, 1100, 3), (1, 5000, 40), (2, 2, 33000),
+    (1, 1, 70000), (1, 1100, 1100)]
 
 
 def fill(flow, depth):

@@ -1,12 +1,15 @@
 // The CUDA backends' check of the rois' values (and of the per-RoI levels of multi-level ops): one
-// kernel finds the first bad rows, launched when the check is constructed; raise_if_bad() reads
-// them back. An op that calls it after enqueueing its own kernels (which must then skip bad rows
-// themselves) keeps the GPU busy during its one host synchronisation (common/cuda/async_readback.cuh).
+// kernel, launched when the check is constructed, sets a flag if any row is bad; raise_if_bad()
+// reads it (and only then finds and names the first bad rows, on the host). An op that calls it
+// after enqueueing its own kernels (which must then skip bad rows themselves) keeps the GPU busy
+// during its one host synchronisation (common/cuda/host_flag.cuh).
 #pragma once
 #include <ATen/ATen.h>
 
+#include <optional>
+
 #include "common/checks.h"
-#include "common/cuda/async_readback.cuh"
+#include "common/cuda/host_flag.cuh"
 
 namespace redet {
 
@@ -18,9 +21,9 @@ class DeferredRoiCheck {
   void raise_if_bad(const char* op);
 
  private:
-  at::Tensor rois_, levels_, first_bad_;
+  at::Tensor rois_, levels_;
   int64_t num_images_, num_levels_;
-  AsyncReadback readback_;
+  std::optional<HostFlag> any_bad_;  // none when there are no rois
 };
 
 }  // namespace redet

@@ -1,26 +1,28 @@
 // Depth-aware flow projection on CUDA.
-// Forward, three launches without hole filling, four with it (plus one 4-byte copy when checking
-// depth), and at most one host synchronisation:
-// (0) one memset zeroes the accumulators (sum_x, sum_y, count, -) and the invalid-depth flag;
+// Forward, three launches without hole filling, four with it, and at most one host
+// synchronisation:
+// (0) one memset zeroes the accumulators (sum_x, sum_y, count, -) and the hole masks;
 // (1) scatter every source pixel into them: one atomic per source pixel, into its corner only
 //     (corner_sums.cuh; a 16-byte float4 atomic on sm_90, where DAIN issues three scalar ones
 //     for each of four pixels); in deterministic mode 64-bit fixed point with integer atomics
-//     instead (order-independent, bitwise repeatable). The same pass flags invalid depth values;
+//     instead (order-independent, bitwise repeatable). The same pass flags invalid depth values
+//     (in pinned host memory: common/cuda/host_flag.cuh);
 // (2) without hole filling one elementwise normalisation; with it two kernels
 //     (hole_fill_kernels.cuh, which says why): a tiled normalisation that also writes 1-bit
 //     non-hole masks by rows and by columns, then one that fills each hole from its nearest
 //     non-holes (common/flow_hole_fill.h's arithmetic), found in the masks;
-// (3) when checking depth, the flag is copied to pinned memory right after (1); once (2) is
-//     enqueued the host waits for that copy only (the only sync, overlapping (2)) and runs the
-//     host check only if the flag is set.
+// (3) when checking depth, an event is recorded right after (1); once (2) is enqueued the host
+//     waits for that event only (the only sync, overlapping (2)) and runs the host check, which
+//     names the first bad value, only if the flag is set.
 // Backward: a gather per source pixel from the (up to four) pixels it reached, after the hole
 // filling's transpose when filling was on; no atomics, so it is deterministic.
 #include <ATen/OpMathType.h>
 #include <torch/library.h>
 
+#include <optional>
 #include <type_traits>
 
-#include "common/cuda/async_readback.cuh"
+#include "common/cuda/host_flag.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/flow_hole_fill.h"
 #include "common/flow_projection.h"
@@ -244,30 +246,26 @@ at::Tensor fixed_point_bounds(const at::Tensor& flow, const at::Tensor& depth, d
 }
 
 // What the scatter and the finalisation share, zeroed by one memset: the accumulators (4 values
-// per pixel), then one slot whose first int is the invalid-depth flag, then (when filling) the
-// summary words of the hole masks.
+// per pixel), then (when filling) the hole masks' words, their summaries last.
 struct Workspace {
   at::Tensor acc;
-  int* invalid_depth;   // nullptr when depth is not checked
-  uint32_t* summaries;  // the hole masks' summaries (when filling)
+  uint32_t* mask_words;  // HoleMasks::in's `words`; its summaries follow them
 };
 
-Workspace zeroed_workspace(int64_t pixels, int64_t summary_words, bool check_depth,
-                           const at::TensorOptions& options, cudaStream_t stream) {
+Workspace zeroed_workspace(int64_t pixels, int64_t mask_words, const at::TensorOptions& options,
+                           cudaStream_t stream) {
   const int64_t slot_bytes =
       4 * static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
-  const int64_t summary_slots = (summary_words * 4 + slot_bytes - 1) / slot_bytes;
-  auto acc = at::empty({pixels + 1 + summary_slots, 4}, options);
+  const int64_t mask_slots = (mask_words * 4 + slot_bytes - 1) / slot_bytes;
+  auto acc = at::empty({pixels + mask_slots, 4}, options);
   C10_CUDA_CHECK(cudaMemsetAsync(acc.data_ptr(), 0, acc.nbytes(), stream));
-  char* flag_slot = static_cast<char*>(acc.data_ptr()) + pixels * slot_bytes;
-  return {acc, check_depth ? reinterpret_cast<int*>(flag_slot) : nullptr,
-          reinterpret_cast<uint32_t*>(flag_slot + slot_bytes)};
+  return {acc, reinterpret_cast<uint32_t*>(static_cast<char*>(acc.data_ptr()) + pixels * slot_bytes)};
 }
 
 // Normalisation, or the two kernels of the hole filling.
 template <typename scalar_t, typename count_t, typename Slots>
 void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool fill_holes,
-                     uint32_t* summaries, cudaStream_t stream) {
+                     uint32_t* mask_words, cudaStream_t stream) {
   scalar_t* out = io.output.data_ptr<scalar_t>();
   count_t* count = io.count.data_ptr<count_t>();
   if (!fill_holes) {
@@ -278,18 +276,16 @@ void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool f
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
-  // The non-hole masks (hole_fill_kernels.cuh); the summaries, zeroed, are in the workspace.
-  const auto words = at::empty({HoleMasks::word_count(io.batch, io.height, io.width)},
-                               io.count.options().dtype(at::kInt));
-  const HoleMasks masks = HoleMasks::in(reinterpret_cast<uint32_t*>(words.data_ptr<int32_t>()),
-                                        summaries, io.batch, io.height, io.width);
+  // The non-hole masks (hole_fill_kernels.cuh), zeroed, in the workspace.
+  const HoleMasks masks = HoleMasks::in(mask_words, io.batch, io.height, io.width);
   const int64_t tiles = io.batch * chunks_of(io.height) * chunks_of(io.width);
-  // Two warps per block: at (4, 2, 256, 448) there are only 448 tiles, and 256-thread blocks
-  // would leave most multiprocessors idle.
+  // Few tiles (448 at (4, 2, 256, 448)): four warps share each, so that the multiprocessors have
+  // enough loads in flight; two warps per block, or most multiprocessors would idle.
+  const int warps_per_tile = tiles < 8 * multiprocessor_count() ? 4 : 1;
   constexpr int kMarkThreads = 2 * kWarp;
-  const int mark_blocks = blocks_for(tiles * kWarp, kMarkThreads);
+  const int mark_blocks = blocks_for(tiles * warps_per_tile * kWarp, kMarkThreads);
   mark_tiles_kernel<scalar_t, count_t><<<mark_blocks, kMarkThreads, 0, stream>>>(
-      slots, io.batch, io.height, io.width, out, count, masks);
+      slots, io.batch, io.height, io.width, warps_per_tile, out, count, masks);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   const int64_t chunk_items = io.batch * io.height * chunks_of(io.width);  // a warp each
   fill_holes_kernel<scalar_t, count_t><<<blocks_for(chunk_items * kWarp), kThreads, 0, stream>>>(
@@ -315,11 +311,12 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
   const bool deterministic = at::globalContext().deterministicAlgorithms();
   const auto acc_type = deterministic ? at::kLong : flow_projection_acc_type(flow.scalar_type());
   const auto workspace = zeroed_workspace(
-      n, fill_holes ? HoleMasks::summary_count(io.batch, io.height, io.width) : 0, check_depth,
+      n, fill_holes ? HoleMasks::word_count(io.batch, io.height, io.width) : 0,
       flow.options().dtype(acc_type), stream);
   const at::Tensor& acc = workspace.acc;
-  int* invalid_depth = workspace.invalid_depth;
-  AsyncReadback depth_flag;  // (checked calls only) waited for once the fill is enqueued
+  std::optional<HostFlag> depth_flag;  // (checked calls only) asked once the fill is enqueued
+  if (check_depth) depth_flag.emplace(flow.device().index());
+  int* invalid_depth = depth_flag ? depth_flag->device_word() : nullptr;
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -328,25 +325,25 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
           flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), io.batch, io.height, io.width,
           static_cast<acc_t>(t), inverse_depth, accumulator, invalid_depth);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      if (invalid_depth != nullptr) depth_flag.start(invalid_depth, sizeof(int), stream);
+      if (depth_flag) depth_flag->arm(stream);
     };
     if (deterministic) {
       const auto bound = fixed_point_bounds(flow, depth, t, inverse_depth);
       long long* a = reinterpret_cast<long long*>(acc.data_ptr<int64_t>());
       scatter(FixedPointAccumulator{a, bound.data_ptr<double>()});
       launch_finalize<scalar_t, acc_t>(FixedPointSlots{a, bound.data_ptr<double>(), 0.0, 0.0}, io,
-                                       fill_holes, workspace.summaries, stream);
+                                       fill_holes, workspace.mask_words, stream);
     } else if constexpr (std::is_same_v<acc_t, double>) {
       scatter(DoubleAccumulator{acc.data_ptr<double>()});
       launch_finalize<scalar_t, acc_t>(DoubleSlots{{acc.data_ptr<double>()}}, io, fill_holes,
-                                       workspace.summaries, stream);
+                                       workspace.mask_words, stream);
     } else {
       scatter(FloatAccumulator{acc.data_ptr<float>()});
       launch_finalize<scalar_t, acc_t>(FloatSlots{acc.data_ptr<float>()}, io, fill_holes,
-                                       workspace.summaries, stream);
+                                       workspace.mask_words, stream);
     }
   });
-  if (depth_flag.started() && *static_cast<const int*>(depth_flag.wait()) != 0) {
+  if (depth_flag && depth_flag->is_set()) {
     check_depth_values(depth, inverse_depth, op);  // names the first bad value
   }
   return {io.output, io.count};

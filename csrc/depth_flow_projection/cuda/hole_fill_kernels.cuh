@@ -13,7 +13,8 @@
 //      0, 0, 0 for now) from the corner sums (corner_sums.cuh) and writes two 1-bit masks of its
 //      non-holes (HoleMasks): row words (one per 32-pixel chunk of a row, a ballot per row) and
 //      column words (one per 32-row chunk of a column, the tile's 32 row words bit-transposed),
-//      and sets the summary bit of each word that has a non-hole.
+//      and sets the summary bit of each word that has a non-hole. On small images four warps
+//      share a tile, 8 rows each, and OR their bits into its column words.
 //   2. fill_holes_kernel: a warp per row chunk; each hole lane finds its nearest non-holes in the
 //      row words (left, right) and the column words (top, bottom) - in the word it starts in, or
 //      through the summaries, which skip 1024 pixels per load (a half-empty 4K image has runs of
@@ -42,27 +43,26 @@ __host__ __device__ inline int chunks_of(int length) { return (length + kWarp - 
 // put neighbouring columns side by side, so a warp's accesses coalesce):
 //   row words (b, y, chunk), column words (b, row chunk, x), and their summaries: row summary
 //   (b, y, chunk / 32), bit chunk % 32, column summary (b, row chunk / 32, x), bit row chunk % 32,
-//   set when that word has a non-hole. The summaries must be zero before mark_tiles_kernel.
+//   set when that word has a non-hole. All must be zero before mark_tiles_kernel, which ORs the
+//   column words and the summaries in.
 struct HoleMasks {
   uint32_t* row_words;
   uint32_t* column_words;
   uint32_t* row_summary;
   uint32_t* column_summary;
 
-  // 32-bit words needed for an image batch: the words, and apart (they need zeroing) the
-  // summaries.
+  // 32-bit words needed for an image batch (words and summaries).
   static int64_t word_count(int64_t batch, int height, int width) {
     return batch * (static_cast<int64_t>(height) * chunks_of(width) +
-                    static_cast<int64_t>(chunks_of(height)) * width);
-  }
-  static int64_t summary_count(int64_t batch, int height, int width) {
-    return batch * (static_cast<int64_t>(height) * chunks_of(chunks_of(width)) +
+                    static_cast<int64_t>(chunks_of(height)) * width +
+                    static_cast<int64_t>(height) * chunks_of(chunks_of(width)) +
                     static_cast<int64_t>(chunks_of(chunks_of(height))) * width);
   }
-  static HoleMasks in(uint32_t* words, uint32_t* summaries, int64_t batch, int height, int width) {
+  static HoleMasks in(uint32_t* words, int64_t batch, int height, int width) {
     uint32_t* column_words = words + batch * height * chunks_of(width);
-    uint32_t* column_summary = summaries + batch * height * chunks_of(chunks_of(width));
-    return {words, column_words, summaries, column_summary};
+    uint32_t* row_summary = column_words + batch * chunks_of(height) * width;
+    uint32_t* column_summary = row_summary + batch * height * chunks_of(chunks_of(width));
+    return {words, column_words, row_summary, column_summary};
   }
 };
 
@@ -82,31 +82,38 @@ __device__ __forceinline__ uint32_t transpose_bits(uint32_t x, int lane) {
   return x;
 }
 
-// Warp = tile (b, 32 rows, 32 columns), lane = column; grid-stride over the tiles.
+// Warp = `32 / warps_per_tile` rows (32 or 8) of a tile (b, 32 rows, 32 columns), lane = column;
+// grid-stride over the tiles' parts. Each warp ORs its rows' bits into the tile's column words.
 template <typename scalar_t, typename count_t, typename Slots>
 __global__ void mark_tiles_kernel(Slots slots_arg, int64_t batch, int height, int width,
-                                  scalar_t* __restrict__ out, count_t* __restrict__ count,
-                                  HoleMasks masks) {
+                                  int warps_per_tile, scalar_t* __restrict__ out,
+                                  count_t* __restrict__ count, HoleMasks masks) {
   using calc_t = typename Slots::calc_type;
   const Slots slots = slots_arg.bind();
   const int lane = threadIdx.x % kWarp;
   const int chunks = chunks_of(width), row_chunks = chunks_of(height);
-  const int64_t tiles = batch * row_chunks * chunks;
+  const int rows_per_warp = kWarp / warps_per_tile;
+  const int64_t parts = batch * row_chunks * chunks * warps_per_tile;
   const int64_t plane = static_cast<int64_t>(height) * width;
-  REDET_CUDA_WARP_STRIDE(tile, tiles) {
+  REDET_CUDA_WARP_STRIDE(part, parts) {
+    const int64_t tile = part / warps_per_tile;
+    const int first = static_cast<int>(part - tile * warps_per_tile) * rows_per_warp;  // in tile
     const int chunk = static_cast<int>(tile % chunks);
     const int64_t image_rows = tile / chunks;  // b · row_chunks + row chunk
     const int64_t b = image_rows / row_chunks;
-    const int y0 = static_cast<int>(image_rows - b * row_chunks) * kWarp;
+    const int row_chunk = static_cast<int>(image_rows - b * row_chunks);
+    const int tile_y0 = row_chunk * kWarp;
+    const int y0 = tile_y0 + first;
+    if (y0 >= height) continue;  // (warp-uniform)
     const int x = chunk * kWarp + lane;
     const int64_t image = b * plane;
-    // Row pair sums of the row above the tile (corner_sums.cuh), then of each row in turn: lane =
-    // column, its left corner from the lane before (lane 0 loads its own).
+    // Row pair sums of the row above this warp's rows (corner_sums.cuh), then of each row in turn:
+    // lane = column, its left corner from the lane before (lane 0 loads its own).
     const int64_t row_above = image + static_cast<int64_t>(y0 - 1) * width;
     Sums<calc_t> above = y0 > 0 && x < width ? row_pair_sums<calc_t>(slots, row_above, x, width)
                                              : no_sums<calc_t>();
-    uint32_t my_row_word = 0;  // lane r: the non-hole bits of row y0 + r
-    for (int r0 = 0; r0 < kWarp && y0 + r0 < height; r0 += kMarkRowsPerStep) {
+    uint32_t my_row_word = 0;  // lane r: the non-hole bits of row tile_y0 + r, if it is this warp's
+    for (int r0 = 0; r0 < rows_per_warp && y0 + r0 < height; r0 += kMarkRowsPerStep) {
       Sums<calc_t> here[kMarkRowsPerStep], left_of_warp[kMarkRowsPerStep];
 #pragma unroll
       for (int k = 0; k < kMarkRowsPerStep; ++k) {
@@ -137,25 +144,24 @@ __global__ void mark_tiles_kernel(Slots slots_arg, int64_t batch, int height, in
           count[i] = p.count;
         }
         const uint32_t word = __ballot_sync(kAllLanes, p.valid && x < width);
-        if (lane == r0 + k) my_row_word = word;
+        if (lane == first + r0 + k) my_row_word = word;
       }
     }
-    if (y0 + lane < height) {
-      const int64_t image_row = b * height + y0 + lane;
+    const bool my_row_is_here = lane >= first && lane < first + rows_per_warp;
+    if (my_row_is_here && tile_y0 + lane < height) {
+      const int64_t image_row = b * height + tile_y0 + lane;
       masks.row_words[image_row * chunks + chunk] = my_row_word;
       if (my_row_word != 0) {
         atomicOr(&masks.row_summary[image_row * chunks_of(chunks) + chunk / kWarp],
                  1u << (chunk % kWarp));
       }
     }
-    const uint32_t my_column_word = transpose_bits(my_row_word, lane);  // rows past the image: 0
-    const int row_chunk = y0 / kWarp;
-    if (x < width) {
-      masks.column_words[(b * row_chunks + row_chunk) * width + x] = my_column_word;
-      if (my_column_word != 0) {
-        atomicOr(&masks.column_summary[(b * chunks_of(row_chunks) + row_chunk / kWarp) * width + x],
-                 1u << (row_chunk % kWarp));
-      }
+    // Lane c: column c's bits of this warp's rows (other rows' bits 0).
+    const uint32_t my_column_bits = transpose_bits(my_row_word, lane);
+    if (x < width && my_column_bits != 0) {
+      atomicOr(&masks.column_words[(b * row_chunks + row_chunk) * width + x], my_column_bits);
+      atomicOr(&masks.column_summary[(b * chunks_of(row_chunks) + row_chunk / kWarp) * width + x],
+               1u << (row_chunk % kWarp));
     }
   }
 }
