@@ -1,19 +1,22 @@
 // Depth-aware flow projection on CUDA.
 // Forward, three launches without hole filling, four with it, and at most one host
 // synchronisation:
-// (0) one memset zeroes the accumulators (sum_x, sum_y, count, -) and the hole masks;
+// (0) one kernel zeroes the accumulators (sum_x, sum_y, count, -) and the hole masks and, when
+//     checking depth, flags invalid values (in pinned host memory: common/cuda/host_flag.cuh);
 // (1) scatter every source pixel into them: one atomic per source pixel, into its corner only
 //     (corner_sums.cuh; a 16-byte float4 atomic on sm_90, where DAIN issues three scalar ones
 //     for each of four pixels); in deterministic mode 64-bit fixed point with integer atomics
-//     instead (order-independent, bitwise repeatable). The same pass flags invalid depth values
-//     (in pinned host memory: common/cuda/host_flag.cuh);
+//     instead (order-independent, bitwise repeatable);
 // (2) without hole filling one elementwise normalisation; with it two kernels
 //     (hole_fill_kernels.cuh, which says why): a tiled normalisation that also writes 1-bit
 //     non-hole masks by rows and by columns, then one that fills each hole from its nearest
 //     non-holes (common/flow_hole_fill.h's arithmetic), found in the masks;
-// (3) when checking depth, an event is recorded right after (1); once (2) is enqueued the host
-//     waits for that event only (the only sync, overlapping (2)) and runs the host check, which
-//     names the first bad value, only if the flag is set.
+// (3) when checking depth, an event is recorded right after (0); once (2) is enqueued the host
+//     waits for that event only (the only sync, overlapping (1) and (2)) and runs the host check,
+//     which names the first bad value, only if the flag is set. The check is in the first kernel
+//     (costing a second read of depth) because at small sizes the host is the bottleneck: from
+//     the wait's return to the caller's next CUDA call takes ~16 us on an H200 machine, longer
+//     than (2) alone, so a flag known only after (1) left the GPU idle.
 // Backward: a gather per source pixel from the (up to four) pixels it reached, after the hole
 // filling's transpose when filling was on; no atomics, so it is deterministic.
 #include <ATen/OpMathType.h>
@@ -69,10 +72,26 @@ struct FixedPointAccumulator {
   }
 };
 
+// ---- zero the workspace, check depth --------------------------------------------------------
+
 // Is this depth (or inverse depth) value acceptable? Mirrors check_depth_values().
 template <typename acc_t>
 __device__ __forceinline__ bool depth_is_valid(acc_t d, bool inverse_depth) {
   return inverse_depth ? (d >= acc_t(0) && isfinite(d)) : d > acc_t(0);
+}
+
+// Zeroes `units` 16-byte words of the workspace; with `invalid_depth`, sets it (once per block)
+// if any of the n depth values is invalid.
+template <typename scalar_t>
+__global__ void zero_and_check_kernel(uint4* __restrict__ workspace, int64_t units,
+                                      const scalar_t* __restrict__ depth, int64_t n,
+                                      bool inverse_depth, int* invalid_depth) {
+  REDET_CUDA_GRID_STRIDE(i, units) workspace[i] = make_uint4(0u, 0u, 0u, 0u);
+  if (invalid_depth == nullptr) return;  // (block-uniform)
+  using acc_t = at::opmath_type<scalar_t>;
+  bool bad = false;
+  REDET_CUDA_GRID_STRIDE(i, n) bad = bad || !depth_is_valid(static_cast<acc_t>(depth[i]), inverse_depth);
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *invalid_depth = 1;
 }
 
 // Source pixels handled by one lane: a column of kScatterRows rows of a row strip.
@@ -85,7 +104,7 @@ constexpr int kScatterRows = 4;
 template <typename scalar_t, typename acc_t, typename Accumulator>
 __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t* __restrict__ depth,
                                int64_t batch, int height, int width, acc_t t, bool inverse_depth,
-                               Accumulator accumulator, int* invalid_depth) {
+                               Accumulator accumulator) {
   const int64_t plane = static_cast<int64_t>(height) * width;
   const int lane = threadIdx.x & 31;
   const int column_groups = (width + 31) / 32;
@@ -116,7 +135,6 @@ __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t
 #pragma unroll
     for (int r = 0; r < kScatterRows; ++r) {
       if (r >= rows) break;
-      if (invalid_depth != nullptr && !depth_is_valid(d[r], inverse_depth)) *invalid_depth = 1;
       ProjectionCorners c;
       if (project_pixel(x, y0 + r, gx[r], gy[r], width, height, &c)) {
         const acc_t w = projection_weight(d[r], inverse_depth);
@@ -245,20 +263,19 @@ at::Tensor fixed_point_bounds(const at::Tensor& flow, const at::Tensor& depth, d
   return at::stack({count_bound, count_bound * f_max * t});
 }
 
-// What the scatter and the finalisation share, zeroed by one memset: the accumulators (4 values
-// per pixel), then (when filling) the hole masks' words, their summaries last.
+// What the scatter and the finalisation share, zeroed by zero_and_check_kernel: the accumulators
+// (4 values per pixel, so a multiple of 16 bytes), then (when filling) the hole masks' words,
+// their summaries last.
 struct Workspace {
   at::Tensor acc;
   uint32_t* mask_words;  // HoleMasks::in's `words`; its summaries follow them
 };
 
-Workspace zeroed_workspace(int64_t pixels, int64_t mask_words, const at::TensorOptions& options,
-                           cudaStream_t stream) {
+Workspace workspace_for(int64_t pixels, int64_t mask_words, const at::TensorOptions& options) {
   const int64_t slot_bytes =
       4 * static_cast<int64_t>(c10::elementSize(options.dtype().toScalarType()));
   const int64_t mask_slots = (mask_words * 4 + slot_bytes - 1) / slot_bytes;
   auto acc = at::empty({pixels + mask_slots, 4}, options);
-  C10_CUDA_CHECK(cudaMemsetAsync(acc.data_ptr(), 0, acc.nbytes(), stream));
   return {acc, reinterpret_cast<uint32_t*>(static_cast<char*>(acc.data_ptr()) + pixels * slot_bytes)};
 }
 
@@ -310,22 +327,26 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
   const int scatter_blocks = blocks_for(scatter_warps * 32);
   const bool deterministic = at::globalContext().deterministicAlgorithms();
   const auto acc_type = deterministic ? at::kLong : flow_projection_acc_type(flow.scalar_type());
-  const auto workspace = zeroed_workspace(
+  const auto workspace = workspace_for(
       n, fill_holes ? HoleMasks::word_count(io.batch, io.height, io.width) : 0,
-      flow.options().dtype(acc_type), stream);
+      flow.options().dtype(acc_type));
   const at::Tensor& acc = workspace.acc;
+  const int64_t zero_units = static_cast<int64_t>(acc.nbytes() / sizeof(uint4));
   std::optional<HostFlag> depth_flag;  // (checked calls only) asked once the fill is enqueued
   if (check_depth) depth_flag.emplace(flow.device().index());
-  int* invalid_depth = depth_flag ? depth_flag->device_word() : nullptr;
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
+    zero_and_check_kernel<scalar_t><<<blocks_for(std::max(zero_units, n)), kThreads, 0, stream>>>(
+        static_cast<uint4*>(acc.data_ptr()), zero_units, depth.data_ptr<scalar_t>(), n,
+        inverse_depth, depth_flag ? depth_flag->device_word() : nullptr);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (depth_flag) depth_flag->arm(stream);
     auto scatter = [&](auto accumulator) {
       scatter_kernel<scalar_t, acc_t><<<scatter_blocks, kThreads, 0, stream>>>(
           flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), io.batch, io.height, io.width,
-          static_cast<acc_t>(t), inverse_depth, accumulator, invalid_depth);
+          static_cast<acc_t>(t), inverse_depth, accumulator);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      if (depth_flag) depth_flag->arm(stream);
     };
     if (deterministic) {
       const auto bound = fixed_point_bounds(flow, depth, t, inverse_depth);

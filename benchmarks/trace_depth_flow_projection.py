@@ -1,0 +1,51 @@
+"""Host/GPU timeline of the flow projection at (4, 2, 256, 448), timed as the benchmark times it
+(L2 flush, start event, call, end event, sync): chrome traces for checked and unchecked calls.
+Usage: python benchmarks/trace_depth_flow_projection.py --out DIR"""
+import argparse
+import os
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from _timing import flush_l2
+from bench_depth_flow_projection import T, make_inputs
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    flow, depth = make_inputs(4, 256, 448)
+    op = torch.ops.redet.depth_flow_projection
+    x = torch.zeros(16, device="cuda")
+    for check in (True, False):
+        fn = lambda: op(flow, depth, T, False, True, check)  # noqa: E731
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                flush_l2()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                torch.cuda.synchronize()
+        prof.export_chrome_trace(os.path.join(args.out, f"trace_{'checked' if check else 'unchecked'}.json"))
+    for name, fn in [("add_", lambda: x.add_(1)), ("op_checked", lambda: op(flow, depth, T, False, True, True)),
+                     ("op_unchecked", lambda: op(flow, depth, T, False, True, False)),
+                     ("event_record", lambda: torch.cuda.Event().record())]:
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(200):
+            fn()
+        torch.cuda.synchronize()
+        print(name, "us per call back to back:", (time.perf_counter() - t0) / 200 * 1e6, flush=True)
+
+
+if __name__ == "__main__":
+    main()
