@@ -81,17 +81,22 @@ __device__ __forceinline__ bool depth_is_valid(acc_t d, bool inverse_depth) {
 }
 
 // Zeroes `units` 16-byte words of the workspace; with `invalid_depth`, sets it (once per block)
-// if any of the n depth values is invalid.
+// if any of the n depth values is invalid. One pass, so that each depth load is in flight while
+// the stores go out, and no short circuit across iterations, which would serialise the loads.
 template <typename scalar_t>
 __global__ void zero_and_check_kernel(uint4* __restrict__ workspace, int64_t units,
                                       const scalar_t* __restrict__ depth, int64_t n,
                                       bool inverse_depth, int* invalid_depth) {
-  REDET_CUDA_GRID_STRIDE(i, units) workspace[i] = make_uint4(0u, 0u, 0u, 0u);
-  if (invalid_depth == nullptr) return;  // (block-uniform)
   using acc_t = at::opmath_type<scalar_t>;
+  const bool check = invalid_depth != nullptr;
   bool bad = false;
-  REDET_CUDA_GRID_STRIDE(i, n) bad = bad || !depth_is_valid(static_cast<acc_t>(depth[i]), inverse_depth);
-  if (__syncthreads_or(bad) && threadIdx.x == 0) *invalid_depth = 1;
+  REDET_CUDA_GRID_STRIDE(i, units > n ? units : n) {
+    const bool invalid = check && i < n &&
+                         !depth_is_valid(static_cast<acc_t>(depth[i]), inverse_depth);
+    if (i < units) workspace[i] = make_uint4(0u, 0u, 0u, 0u);
+    bad |= invalid;
+  }
+  if (check && __syncthreads_or(bad) && threadIdx.x == 0) *invalid_depth = 1;  // (block-uniform)
 }
 
 // Source pixels handled by one lane: a column of kScatterRows rows of a row strip.
