@@ -15,21 +15,23 @@ def flush_l2():
     _flush_buffer.fill_(1.0)
 
 
+def time_one_call(fn):
+    """Milliseconds of one fn() call on the current CUDA stream, L2 flushed first."""
+    flush_l2()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
+
+
 def time_cuda(fn, repeats=60, warmup=5):
     """Median milliseconds of fn() on the current CUDA stream."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        flush_l2()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return statistics.median(time_one_call(fn) for _ in range(repeats))
 
 
 def kernel_times_us(fn, keep=lambda name: True, calls=20):

@@ -10,7 +10,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from _timing import flush_l2
+from _timing import time_one_call
 from bench_depth_flow_projection import T, make_inputs
 
 
@@ -29,12 +29,7 @@ def main():
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(5):
-                flush_l2()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                torch.cuda.synchronize()
+                time_one_call(fn)
         prof.export_chrome_trace(f"{prefix}_{'checked' if check else 'unchecked'}.json")
     for name, fn in [("add_", lambda: x.add_(1)), ("op_checked", lambda: op(flow, depth, T, False, True, True)),
                      ("op_unchecked", lambda: op(flow, depth, T, False, True, False)),
