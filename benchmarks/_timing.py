@@ -2,6 +2,7 @@
 before every timed call (a 256 MB write), median of many runs."""
 import json
 import statistics
+import time
 
 import torch
 
@@ -32,6 +33,19 @@ def time_cuda(fn, repeats=60, warmup=5):
         fn()
     torch.cuda.synchronize()
     return statistics.median(time_one_call(fn) for _ in range(repeats))
+
+
+def back_to_back_us(fn, calls=200, warmup=10):
+    """Wall microseconds per fn() call over `calls` calls in a row (no flush, one synchronisation
+    at the end): the host's cost per call whenever it exceeds the GPU's."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def kernel_times_us(fn, keep=lambda name: True, calls=20):

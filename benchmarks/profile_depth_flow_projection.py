@@ -6,11 +6,10 @@ checked and unchecked: when that exceeds the kernels' sum, the host is the bottl
 Diagnostic only (the profiler's own timing, not CUDA events): it says which kernel to work on.
 Usage: python benchmarks/profile_depth_flow_projection.py --out FILE.json"""
 import argparse
-import time
 
 import torch
 
-from _timing import environment, kernel_times_us, write_json
+from _timing import back_to_back_us, environment, kernel_times_us, write_json
 from bench_depth_flow_projection import SHAPES, T, make_inputs
 
 OURS = ("redet", "Memset", "Memcpy")  # our kernels live in namespace redet; the memset
@@ -23,17 +22,10 @@ def profile_case(batch, height, width, fill):
                            keep=lambda name: any(tag in name for tag in OURS))
 
 
-def host_bound_us(batch, height, width, check, calls=200):
+def host_bound_us(batch, height, width, check):
     flow, depth = make_inputs(batch, height, width)
     op = torch.ops.redet.depth_flow_projection
-    for _ in range(10):
-        op(flow, depth, T, False, True, check)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        op(flow, depth, T, False, True, check)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+    return back_to_back_us(lambda: op(flow, depth, T, False, True, check))
 
 
 def main():

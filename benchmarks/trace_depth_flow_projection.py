@@ -5,12 +5,11 @@ that the host, not the GPU, bounds the checked call at this size (README, "Speed
 Usage: python benchmarks/trace_depth_flow_projection.py --out PREFIX.json  (writes PREFIX_checked.json
 and PREFIX_unchecked.json)"""
 import argparse
-import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from _timing import time_one_call
+from _timing import back_to_back_us, time_one_call
 from bench_depth_flow_projection import T, make_inputs
 
 
@@ -34,14 +33,7 @@ def main():
     for name, fn in [("add_", lambda: x.add_(1)), ("op_checked", lambda: op(flow, depth, T, False, True, True)),
                      ("op_unchecked", lambda: op(flow, depth, T, False, True, False)),
                      ("event_record", lambda: torch.cuda.Event().record())]:
-        for _ in range(10):
-            fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(200):
-            fn()
-        torch.cuda.synchronize()
-        print(name, "us per call back to back:", (time.perf_counter() - t0) / 200 * 1e6, flush=True)
+        print(name, "us per call back to back:", back_to_back_us(fn), flush=True)
 
 
 if __name__ == "__main__":

@@ -49,11 +49,3 @@ def rois_with_batch_index(rois: Union[torch.Tensor, List[torch.Tensor]], box_dim
     index = torch.cat([torch.full((len(b), 1), i, dtype=boxes.dtype, device=boxes.device)
                        for i, b in enumerate(rois)], dim=0)
     return torch.cat([index, boxes], dim=1)
-
-
-def forbid_double_backward(op: str):
-    """An autograd backward for a backward op: its own derivative is not implemented."""
-    def backward(ctx, *grads):
-        raise NotImplementedError(f"{op}: double backward (gradient of the gradient) is not "
-                                  "implemented")
-    return backward

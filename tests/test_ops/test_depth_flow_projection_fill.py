@@ -12,8 +12,8 @@ from tests.test_ops.test_depth_flow_projection import ours_and_reference_grads, 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 OP = torch.ops.redet.depth_flow_projection.default
-# (batch, height, width): tiny, thin, wide (> 8 warps x 32 px per row), tall (several row
-# segments per column, several blocks of 8 columns)
+# (batch, height, width): tiny, thin, wide (many 32-pixel row words on CUDA), tall (several
+# 32-row column words and 32 x 32 tiles per column)
 SHAPES = [(3, 1, 1), (1, 2, 67), (2, 64, 1), (1, 33, 33), (2, 21, 700), (1, 300, 45)]
 # CUDA: neighbour searches over many 32-row column words, which these narrow images reach cheaply
 TALL_SHAPES = [(1, 2100, 3), (2, 4200, 2)]
