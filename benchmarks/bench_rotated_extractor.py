@@ -42,7 +42,7 @@ def make_inputs(num_images, num_rois, dtype, seed=0):
 
 
 def extractors():
-    ours = dict(type="RiRoIAlignRotated", **LAYER)
+    ours = dict(type="RedetRiRoIAlignRotated", **LAYER)
     found = dict(fused=RotatedSingleRoIExtractor(ours, CHANNELS, STRIDES, fused=True),
                  loop=RotatedSingleRoIExtractor(ours, CHANNELS, STRIDES, fused=False))
     try:
@@ -58,7 +58,7 @@ def extractors():
 def ops_only_forward(feats, rois, repeats):
     """The kernels alone, RoIs already split by level: what the loop costs beyond its launches."""
     from redet_plugin.ops import riroi_align_rotated, riroi_align_rotated_multilevel
-    levels = RotatedSingleRoIExtractor(dict(type="RiRoIAlignRotated", **LAYER), CHANNELS,
+    levels = RotatedSingleRoIExtractor(dict(type="RedetRiRoIAlignRotated", **LAYER), CHANNELS,
                                        STRIDES).map_roi_levels(rois, len(STRIDES))
     scales = [1.0 / s for s in STRIDES]
     split = [(feats[i], rois[levels == i], scales[i]) for i in range(len(STRIDES))]

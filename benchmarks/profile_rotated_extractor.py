@@ -33,7 +33,7 @@ def main():
 def profile_case(images, num_rois, dtype):
     feats, rois = make_inputs(images, num_rois, dtype)
     feats_grad = [f.detach().requires_grad_(True) for f in feats]
-    extractor = RotatedSingleRoIExtractor(dict(type="RiRoIAlignRotated", **LAYER), CHANNELS,
+    extractor = RotatedSingleRoIExtractor(dict(type="RedetRiRoIAlignRotated", **LAYER), CHANNELS,
                                           STRIDES, fused=True).cuda()
     grad_out = torch.randn_like(extractor(feats, rois))
     cases = dict(forward=lambda: extractor(feats, rois),

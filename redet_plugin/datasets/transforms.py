@@ -16,6 +16,8 @@ from mmcv.transforms import BaseTransform
 from mmdet.registry import TRANSFORMS
 from mmdet.structures.bbox import BaseBoxes
 
+from redet_plugin.utils.registration import register
+
 from ..structures import RotatedBoxes
 
 INSTANCE_KEYS = ('gt_bboxes', 'gt_bboxes_labels', 'gt_ignore_flags')
@@ -42,11 +44,11 @@ def _rotated_boxes(results: dict, name: str):
     boxes = results.get('gt_bboxes')
     if boxes is not None and not isinstance(boxes, RotatedBoxes):
         raise TypeError(f"{name}: results['gt_bboxes'] must be RotatedBoxes (load annotations with "
-                        f"box_type='rbox'), got {type(boxes).__name__}")
+                        f"box_type='redet_rbox'), got {type(boxes).__name__}")
     return boxes
 
 
-@TRANSFORMS.register_module()
+@register(TRANSFORMS)
 class RandomRotate90(BaseTransform):
     """With probability `prob`, turns the image by k quarter turns clockwise, k drawn from `turns`.
 
@@ -84,7 +86,7 @@ class RandomRotate90(BaseTransform):
         return f'{type(self).__name__}(prob={self.prob}, turns={self.turns})'
 
 
-@TRANSFORMS.register_module()
+@register(TRANSFORMS)
 class RandomRotate(BaseTransform):
     """With probability `prob`, rotates the image about its centre by an angle drawn uniformly
     from [-max_angle, max_angle] degrees (positive = clockwise), keeping its size.
