@@ -12,6 +12,7 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks._timing import require_cuda
 from benchmarks.bench_rotated_extractor import CHANNELS, LAYER, STRIDES, make_inputs
 from redet_plugin.models.roi_extractors import RotatedSingleRoIExtractor
+from redet_plugin.ops import RiRoIAlignRotated
 
 
 def host_ms(fn, repeats=50):
@@ -35,7 +36,7 @@ def main():
 def profile_case(images, num_rois, dtype):
     feats, rois = make_inputs(images, num_rois, dtype)
     feats_grad = [f.detach().requires_grad_(True) for f in feats]
-    extractor = RotatedSingleRoIExtractor(dict(type="RiRoIAlignRotated", **LAYER), CHANNELS,
+    extractor = RotatedSingleRoIExtractor(dict(type=RiRoIAlignRotated, **LAYER), CHANNELS,
                                           STRIDES, fused=True).cuda()
     grad_out = torch.randn_like(extractor(feats, rois))
     cases = dict(forward=lambda: extractor(feats, rois),
