@@ -17,7 +17,7 @@ from mmengine.config import ConfigDict
 from mmengine.structures import InstanceData
 from torch import Tensor
 
-from ..task_modules.rbox_geometry import rescale_rboxes
+from ...structures import rescale_rboxes
 
 
 def empty_rotated_results(device, num_classes: int, with_nms: bool = True) -> InstanceData:

@@ -6,8 +6,8 @@ from mmdet.models.task_modules.coders.base_bbox_coder import BaseBBoxCoder
 from mmdet.structures.bbox import get_box_tensor
 from torch import Tensor
 
+from ...structures import hbox_as_prior
 from .rbox_delta_math import check_coder_args, decode_rbox_deltas, encode_rbox_deltas
-from .rbox_geometry import hbox_as_prior
 
 
 @TASK_UTILS.register_module()
