@@ -113,11 +113,10 @@ def rescale_rboxes(boxes: Tensor, scale_x: float, scale_y: float) -> Tensor:
 
     Unequal scales turn a rectangle into a parallelogram. We keep the parallelogram's longer side
     (its direction and length) and its area: the other side is the parallelogram's height over
-    the kept one. Exact for equal scales and for axis-aligned boxes. (Keeping both side lengths
-    with the w side's direction, as this code did before, overstates the area; mmrotate's
-    RotatedBoxes.rescale_ keeps the h side's direction, which tilts long thin boxes away from
-    their true direction: on random boxes and scales in [0.3, 3] its worst IoU with the true
-    parallelogram was near 0, ours 0.6.)
+    the kept one. Exact for equal scales and for axis-aligned boxes. (Keeping both scaled side
+    lengths overstates the area; mmrotate's RotatedBoxes.rescale_ always keeps the h side's
+    direction, which turns long thin boxes away from their true direction: on random boxes and
+    scales in [0.3, 3] its worst IoU with the true parallelogram was near 0, this one's 0.6.)
     """
     _check_last_dim(boxes, 5, "rescale_rboxes(boxes)")
     for name, value in (("scale_x", scale_x), ("scale_y", scale_y)):
