@@ -56,7 +56,8 @@ REDET_HOST_DEVICE void add_terms(GradientTerms<acc_t>* sum, const GradientTerms<
 // The four pixels a source reached, in the scatter's order: (L,T) (R,T) (L,B) (R,B); indices
 // within the image's plane.
 REDET_HOST_DEVICE void reached_pixels(const ProjectionCorners& c, int width, int64_t* j) {
-  const int64_t top = static_cast<int64_t>(c.top) * width, bottom = static_cast<int64_t>(c.bottom) * width;
+  const int64_t top = static_cast<int64_t>(c.top) * width;
+  const int64_t bottom = static_cast<int64_t>(c.bottom) * width;
   j[0] = top + c.left;
   j[1] = top + c.right;
   j[2] = bottom + c.left;

@@ -31,7 +31,7 @@
 namespace redet {
 
 constexpr int kRunTile = 32;          // tiles of kRunTile x kRunTile pixels (a warp's 32 lanes)
-constexpr int kRunTileStride = kRunTile + 1;  // padded: rows and columns of cells hit distinct banks
+constexpr int kRunTileStride = kRunTile + 1;  // padded: a row and a column hit distinct banks
 
 REDET_HOST_DEVICE int run_tiles_of(int length) { return (length + kRunTile - 1) / kRunTile; }
 
@@ -101,7 +101,7 @@ template <typename acc_t>
 REDET_HOST_DEVICE LineRuns<acc_t> sweep_line(GradPair<acc_t>* cells, int stride,
                                              uint32_t non_holes, int n) {
   LineRuns<acc_t> runs{zero_pair<acc_t>(), zero_pair<acc_t>(), -1, -1};
-  if (non_holes == (n >= 32 ? ~0u : (1u << n) - 1u)) {  // no holes: nothing to add (the common case)
+  if (non_holes == (n >= 32 ? ~0u : (1u << n) - 1u)) {  // no holes (common): nothing to add
     runs.first = 0;
     runs.last = n - 1;
     return runs;

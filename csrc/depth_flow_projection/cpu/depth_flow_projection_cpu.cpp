@@ -8,8 +8,6 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include <algorithm>
-
 #include "common/flow_hole_fill.h"
 #include "common/flow_projection.h"
 #include "depth_flow_projection/backward_terms.h"
@@ -167,8 +165,9 @@ struct RunTile {
       for (int c = 0; c < at.n_columns; ++c) {
         const int x = at.x0 + c;
         const acc_t cnt = count[(at.b * height + y) * width + x];
-        cells[r * kRunTileStride + c] = initial_cell(static_cast<acc_t>(grad.at(at.b, 0, y, x)),
-                                                     static_cast<acc_t>(grad.at(at.b, 1, y, x)), cnt);
+        cells[r * kRunTileStride + c] =
+            initial_cell(static_cast<acc_t>(grad.at(at.b, 0, y, x)),
+                         static_cast<acc_t>(grad.at(at.b, 1, y, x)), cnt);
         if (cnt > acc_t(0)) bits |= 1u << c;
       }
       rows[r] = bits;

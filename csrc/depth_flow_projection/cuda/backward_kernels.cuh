@@ -37,7 +37,8 @@ __device__ __forceinline__ GradientTerms<acc_t> load_terms(const GradientTerms<a
 }
 
 template <typename acc_t>
-__device__ __forceinline__ void store_terms(GradientTerms<acc_t>* p, const GradientTerms<acc_t>& t) {
+__device__ __forceinline__ void store_terms(GradientTerms<acc_t>* p,
+                                            const GradientTerms<acc_t>& t) {
   if constexpr (std::is_same_v<acc_t, float>) {
     *reinterpret_cast<float4*>(p) = make_float4(t.x, t.y, t.w, t.unused);
   } else {
@@ -244,7 +245,8 @@ __global__ void filled_terms_kernel(GradView<scalar_t> grad, const scalar_t* __r
 constexpr int kGatherRows = 2;  // source pixels per lane: a column of a 2-row strip
 
 // A warp takes 32 neighbouring source pixels of each row of a strip (lane = column), as the
-// scatter does; a lane has the records of all its reached pixels in flight together.
+// scatter does; a lane has the records of all its reached pixels in flight together. Grid: x
+// over column groups (a warp each), y over the strips of the batch (one index division per strip).
 template <typename scalar_t, typename acc_t>
 __global__ void source_gradient_kernel(const scalar_t* __restrict__ flow,
                                        const scalar_t* __restrict__ depth,
@@ -254,54 +256,57 @@ __global__ void source_gradient_kernel(const scalar_t* __restrict__ flow,
                                        scalar_t* __restrict__ grad_depth) {
   const int64_t plane = static_cast<int64_t>(height) * width;
   const int lane = threadIdx.x % kWarp;
+  const int warps = blockDim.x / kWarp;
   const int column_groups = (width + kWarp - 1) / kWarp;
   const int strips = (height + kGatherRows - 1) / kGatherRows;
-  REDET_CUDA_WARP_STRIDE(item, batch * strips * column_groups) {
-    const int group = static_cast<int>(item % column_groups);
-    const int64_t strip_of_batch = item / column_groups;
+  for (int64_t strip_of_batch = blockIdx.y; strip_of_batch < batch * strips;
+       strip_of_batch += gridDim.y) {
     const int64_t b = strip_of_batch / strips;
     const int y0 = static_cast<int>(strip_of_batch - b * strips) * kGatherRows;
-    const int x = group * kWarp + lane;
-    if (x >= width) continue;  // (no warp-wide operations below)
-    const int rows = min(kGatherRows, height - y0);
-    const scalar_t* flow_x = flow + b * 2 * plane;
-    const scalar_t* depth_b = depth + b * plane;
-    const GradientTerms<acc_t>* terms_b = terms + b * plane;
-    acc_t gx[kGatherRows], gy[kGatherRows], w[kGatherRows];
+    for (int group = blockIdx.x * warps + threadIdx.x / kWarp; group < column_groups;
+         group += gridDim.x * warps) {
+      const int x = group * kWarp + lane;
+      if (x >= width) continue;  // (no warp-wide operations below)
+      const int rows = min(kGatherRows, height - y0);
+      const scalar_t* flow_x = flow + b * 2 * plane;
+      const scalar_t* depth_b = depth + b * plane;
+      const GradientTerms<acc_t>* terms_b = terms + b * plane;
+      acc_t gx[kGatherRows], gy[kGatherRows], w[kGatherRows];
 #pragma unroll
-    for (int r = 0; r < kGatherRows; ++r) {
-      const int64_t i = static_cast<int64_t>(y0 + r) * width + x;
-      const bool inside = r < rows;
-      gx[r] = inside ? t * static_cast<acc_t>(flow_x[i]) : acc_t(0);
-      gy[r] = inside ? t * static_cast<acc_t>(flow_x[plane + i]) : acc_t(0);
-      w[r] = projection_weight(inside ? static_cast<acc_t>(depth_b[i]) : acc_t(1), inverse_depth);
-    }
-    GradientTerms<acc_t> reached[kGatherRows][4];
-    bool landed[kGatherRows];
-#pragma unroll
-    for (int r = 0; r < kGatherRows; ++r) {
-      ProjectionCorners c;
-      landed[r] = r < rows && project_pixel(x, y0 + r, gx[r], gy[r], width, height, &c);
-      int64_t j[4];
-      if (landed[r]) reached_pixels(c, width, j);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        reached[r][k] = landed[r] ? load_terms(terms_b + j[k])
-                               : GradientTerms<acc_t>{acc_t(0), acc_t(0), acc_t(0), acc_t(0)};
+      for (int r = 0; r < kGatherRows; ++r) {
+        const int64_t i = static_cast<int64_t>(y0 + r) * width + x;
+        const bool inside = r < rows;
+        gx[r] = inside ? t * static_cast<acc_t>(flow_x[i]) : acc_t(0);
+        gy[r] = inside ? t * static_cast<acc_t>(flow_x[plane + i]) : acc_t(0);
+        w[r] = projection_weight(inside ? static_cast<acc_t>(depth_b[i]) : acc_t(1), inverse_depth);
       }
-    }
+      GradientTerms<acc_t> reached[kGatherRows][4];
+      bool landed[kGatherRows];
 #pragma unroll
-    for (int r = 0; r < kGatherRows; ++r) {
-      if (r >= rows) break;
-      GradientTerms<acc_t> sum{acc_t(0), acc_t(0), acc_t(0), acc_t(0)};
+      for (int r = 0; r < kGatherRows; ++r) {
+        ProjectionCorners c;
+        landed[r] = r < rows && project_pixel(x, y0 + r, gx[r], gy[r], width, height, &c);
+        int64_t j[4];
+        if (landed[r]) reached_pixels(c, width, j);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) add_terms(&sum, reached[r][k]);
-      acc_t gfx, gfy, gw;
-      source_gradient(landed[r], t, gx[r], gy[r], w[r], sum, &gfx, &gfy, &gw);
-      const int64_t i = static_cast<int64_t>(y0 + r) * width + x;
-      grad_flow[b * 2 * plane + i] = static_cast<scalar_t>(gfx);
-      grad_flow[b * 2 * plane + plane + i] = static_cast<scalar_t>(gfy);
-      grad_depth[b * plane + i] = static_cast<scalar_t>(depth_gradient(gw, w[r], inverse_depth));
+        for (int k = 0; k < 4; ++k) {
+          reached[r][k] = landed[r] ? load_terms(terms_b + j[k])
+                                 : GradientTerms<acc_t>{acc_t(0), acc_t(0), acc_t(0), acc_t(0)};
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kGatherRows; ++r) {
+        if (r >= rows) break;
+        GradientTerms<acc_t> sum{acc_t(0), acc_t(0), acc_t(0), acc_t(0)};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) add_terms(&sum, reached[r][k]);
+        acc_t gfx, gfy, gw;
+        source_gradient(landed[r], t, gx[r], gy[r], w[r], sum, &gfx, &gfy, &gw);
+        const int64_t i = static_cast<int64_t>(y0 + r) * width + x;
+        grad_flow[b * 2 * plane + i] = static_cast<scalar_t>(gfx);
+        grad_flow[b * 2 * plane + plane + i] = static_cast<scalar_t>(gfy);
+        grad_depth[b * plane + i] = static_cast<scalar_t>(depth_gradient(gw, w[r], inverse_depth));
+      }
     }
   }
 }
@@ -334,12 +339,15 @@ void launch_flow_projection_backward(const GradView<scalar_t>& grad, const scala
                                           stream>>>(grad, out, count, batch, height, width, terms);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  const int64_t gather_warps =
-      batch * ((height + kGatherRows - 1) / kGatherRows) * ((width + kWarp - 1) / kWarp);
-  source_gradient_kernel<scalar_t, acc_t><<<blocks_for(gather_warps * kWarp), kThreads, 0,
-                                            stream>>>(flow, depth, terms, batch, height, width,
-                                                      static_cast<acc_t>(t), inverse_depth,
-                                                      grad_flow, grad_depth);
+  // Up to 8 warps per block, spread evenly over a row's column groups (448 pixels: 2 x 7).
+  const int column_groups = (width + kWarp - 1) / kWarp;
+  const int column_blocks = (column_groups + kThreads / kWarp - 1) / (kThreads / kWarp);
+  const int warps = (column_groups + column_blocks - 1) / column_blocks;
+  const int64_t strips = batch * ((height + kGatherRows - 1) / kGatherRows);
+  const dim3 grid(column_blocks, static_cast<unsigned>(std::min<int64_t>(strips, 65535)));
+  source_gradient_kernel<scalar_t, acc_t><<<grid, warps * kWarp, 0, stream>>>(
+      flow, depth, terms, batch, height, width, static_cast<acc_t>(t), inverse_depth, grad_flow,
+      grad_depth);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
