@@ -1,6 +1,7 @@
 """Small depth-aware flow projection runs for compute-sanitizer (memcheck, racecheck): every CUDA
 kernel (float/double atomics and fixed-point scatter; normalisation; the hole filling's tiled
-mark and fill kernels; fill transpose, gather backward) on edge cases: 1x1, single row/column,
+mark and fill kernels; the backward's terms, tiled hole-run summaries and terms, and gather,
+with contiguous, expanded and transposed grad_output) on edge cases: 1x1, single row/column,
 everything pushed off the image (all holes), border landings, B > 1, and the large-hole cases of
 the tests on a wide image (many row words), a tall one and a very tall narrow one (searches over
 many column words), and exact cases on the fill kernels' boundaries (see test_depth_flow_projection_fill_exact.py); with and without
@@ -31,6 +32,21 @@ def cases():
     # long searches along rows and along columns
     for shape in [(2, 1, 33), (1, 33, 1), (2, 40, 1025), (1, 2, 33000), (1, 1100, 3)]:
         yield exact_hole_case(*shape, seed=sum(shape))
+    # the backward's tiles: runs of holes over many tiles of a row (walks of more than one batch
+    # of summaries), partial tiles both ways
+    yield hole_case("half", 1, 3, 9000)
+    yield hole_case("bands", 2, 65, 97)
+
+
+def grad_output(out, *choice):
+    """A contiguous, an expanded (stride 0, as from .sum()) or a transposed grad_output: the
+    backward reads it through its strides."""
+    kind = sum(choice) % 3
+    if kind == 0:
+        return torch.randn_like(out)
+    if kind == 1:
+        return torch.ones(1, 1, 1, 1, device=out.device, dtype=out.dtype).expand_as(out)
+    return torch.randn_like(out.transpose(2, 3)).transpose(2, 3)
 
 
 def run():
@@ -42,12 +58,15 @@ def run():
                     f = flow.to("cuda", dtype).requires_grad_(True)
                     d = depth.to("cuda", dtype).requires_grad_(True)
                     out = redet_plugin.ops.depth_flow_projection(f, d, 0.5, fill, check_depth=fill)
-                    out.backward(torch.ones_like(out))
+                    out.backward(grad_output(out, deterministic, fill))
     torch.use_deterministic_algorithms(False)
-    # enough tiles for one warp per tile in the marking (the cases above have few: four per tile)
+    # enough tiles for one warp per tile in the marking (the cases above have few: four per
+    # tile), and for the backward's tiles to fill every block, several passes of its grid-stride
+    # loops
     flow, depth = exact_hole_case(1, 1100, 1100, seed=0)
     for fill in (False, True):
-        redet_plugin.ops.depth_flow_projection(flow.cuda(), depth.cuda(), 0.5, fill)
+        f, d = flow.cuda().requires_grad_(True), depth.cuda().requires_grad_(True)
+        redet_plugin.ops.depth_flow_projection(f, d, 0.5, fill).sum().backward()
     bad = torch.ones(1, 1, 4, 40, device="cuda")
     bad[0, 0, 2, 3] = 0
     try:

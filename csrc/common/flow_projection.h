@@ -62,38 +62,4 @@ REDET_HOST_DEVICE acc_t projection_weight(acc_t depth, bool inverse_depth) {
   return inverse_depth ? depth : acc_t(1) / depth;
 }
 
-// Gradient of the projected output with respect to one source pixel's flow (fx, fy) and weight w,
-// gathered from the (up to four) pixels it reached: d out(x)/d F(y) = −t·w/count(x) and
-// d out(x)/d w(y) = −(G + out(x))/count(x). `grad`, `out` have two planes, `count` one.
-template <typename acc_t, typename grad_t, typename out_t>
-REDET_HOST_DEVICE void source_gradient(int x, int y, int width, int height, acc_t t, acc_t fx,
-                                       acc_t fy, acc_t w, const grad_t* grad, const out_t* out,
-                                       const acc_t* count, int64_t plane, acc_t* grad_fx,
-                                       acc_t* grad_fy, acc_t* grad_w) {
-  const acc_t gx = t * fx, gy = t * fy;
-  ProjectionCorners c;
-  acc_t sx = 0, sy = 0, sw = 0;
-  if (project_pixel(x, y, gx, gy, width, height, &c)) {
-    const int xs[4] = {c.left, c.right, c.left, c.right};
-    const int ys[4] = {c.top, c.top, c.bottom, c.bottom};
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int k = 0; k < 4; ++k) {
-      const int64_t j = static_cast<int64_t>(ys[k]) * width + xs[k];
-      const acc_t cj = count[j];
-      if (!(cj > acc_t(0))) continue;  // reached only by zero weights: no gradient
-      const acc_t inv = acc_t(1) / cj;
-      const acc_t ax = static_cast<acc_t>(grad[j]) * inv;
-      const acc_t ay = static_cast<acc_t>(grad[plane + j]) * inv;
-      sx += ax;
-      sy += ay;
-      sw -= ax * (gx + static_cast<acc_t>(out[j])) + ay * (gy + static_cast<acc_t>(out[plane + j]));
-    }
-  }
-  *grad_fx = -t * w * sx;
-  *grad_fy = -t * w * sy;
-  *grad_w = sw;
-}
-
 }  // namespace redet

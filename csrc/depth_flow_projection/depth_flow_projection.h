@@ -5,6 +5,9 @@
 
 #include <tuple>
 
+#include "depth_flow_projection/backward_terms.h"
+#include "depth_flow_projection/hole_fill_backward.h"
+
 namespace redet {
 
 // Accumulation dtype: float64 for float64 inputs, float32 otherwise (float16/bfloat16 included).
@@ -59,6 +62,9 @@ inline void check_depth_flow_projection_backward_args(const at::Tensor& grad, co
   TORCH_CHECK(count.scalar_type() == flow_projection_acc_type(flow.scalar_type()), op,
               ": count must be ", flow_projection_acc_type(flow.scalar_type()), ", got ",
               count.scalar_type());
+  TORCH_CHECK(grad.scalar_type() == flow.scalar_type(), op,
+              ": grad_output must have the dtype of flow (", flow.scalar_type(), "), got ",
+              grad.scalar_type());
   TORCH_CHECK(grad.device() == flow.device() && output.device() == flow.device() &&
                   count.device() == flow.device(),
               op, ": all tensors must be on one device (", flow.device(), ")");
@@ -88,8 +94,9 @@ inline FlowProjectionForward prepare_flow_projection_forward(const at::Tensor& f
   return f;
 }
 
-// Contiguous backward inputs (a non-contiguous grad_output is common: .expand, .sum; DAIN reads
-// one wrongly), their sizes and the allocated gradients.
+// Contiguous backward inputs but grad_output (read in place through its strides: a
+// non-contiguous one is common, .expand, .sum; DAIN reads one wrongly), sizes, the allocated
+// gradients.
 struct FlowProjectionBackward {
   at::Tensor grad, flow, depth, output, count, grad_flow, grad_depth;
   int64_t batch;
@@ -102,7 +109,7 @@ inline FlowProjectionBackward prepare_flow_projection_backward(const at::Tensor&
                                                                const at::Tensor& output_,
                                                                const at::Tensor& count_) {
   FlowProjectionBackward b;
-  b.grad = grad_.contiguous();
+  b.grad = grad_;
   b.flow = flow_.contiguous();
   b.depth = depth_.contiguous();
   b.output = output_.contiguous();
@@ -113,6 +120,57 @@ inline FlowProjectionBackward prepare_flow_projection_backward(const at::Tensor&
   b.grad_flow = at::empty_like(b.flow, at::MemoryFormat::Contiguous);
   b.grad_depth = at::empty_like(b.depth, at::MemoryFormat::Contiguous);
   return b;
+}
+
+template <typename scalar_t>
+GradView<scalar_t> grad_view(const at::Tensor& grad) {
+  return {grad.data_ptr<scalar_t>(), grad.stride(0), grad.stride(1), grad.stride(2),
+          grad.stride(3)};
+}
+
+// The backward's scratch memory, one allocation: the per-pixel terms (backward_terms.h), then,
+// with hole filling, the run summaries (hole_fill_backward.h). Everything in it is written
+// before it is read: nothing to zero.
+struct FlowBackwardWorkspace {
+  at::Tensor buffer;
+  int64_t pixels = 0, row_segments = 0, column_segments = 0;
+  int height = 0, width = 0;
+
+  template <typename acc_t>
+  GradientTerms<acc_t>* terms() const {
+    return reinterpret_cast<GradientTerms<acc_t>*>(buffer.data_ptr());
+  }
+  // (All offsets are multiples of sizeof(GradPair<acc_t>); the words come last.)
+  template <typename acc_t>
+  RunSummaries<acc_t> summaries() const {
+    auto* pairs = reinterpret_cast<GradPair<acc_t>*>(terms<acc_t>() + pixels);
+    GradPair<acc_t>* row_heads = pairs;
+    GradPair<acc_t>* row_tails = row_heads + row_segments;
+    GradPair<acc_t>* column_heads = row_tails + row_segments;
+    GradPair<acc_t>* column_tails = column_heads + column_segments;
+    auto* row_words = reinterpret_cast<uint32_t*>(column_tails + column_segments);
+    uint32_t* column_words = row_words + row_segments;
+    return {row_words, row_heads, row_tails, column_words, column_heads, column_tails, height,
+            width};
+  }
+};
+
+inline FlowBackwardWorkspace allocate_flow_backward_workspace(const FlowProjectionBackward& io,
+                                                              bool fill_holes) {
+  FlowBackwardWorkspace w;
+  w.height = io.height;
+  w.width = io.width;
+  w.pixels = io.batch * io.height * io.width;
+  const int64_t acc_bytes =
+      static_cast<int64_t>(c10::elementSize(flow_projection_acc_type(io.flow.scalar_type())));
+  int64_t bytes = w.pixels * 4 * acc_bytes;
+  if (fill_holes) {
+    w.row_segments = RunSummaries<float>::row_segments(io.batch, io.height, io.width);
+    w.column_segments = RunSummaries<float>::column_segments(io.batch, io.height, io.width);
+    bytes += (w.row_segments + w.column_segments) * (2 * 2 * acc_bytes + 4);
+  }
+  w.buffer = at::empty({bytes}, io.flow.options().dtype(at::kByte));
+  return w;
 }
 
 // Call inside a backend's TORCH_LIBRARY_IMPL(redet, <key>, m) with that backend's kernels.

@@ -5,6 +5,7 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <optional>
 #include <tuple>
 
 namespace redet {
@@ -55,6 +56,10 @@ class Projection : public torch::autograd::Function<Projection> {
     const auto saved = ctx->get_saved_variables();
     at::Tensor grad_flow, grad_depth;
     if (grads[0].defined() && (ctx->needs_input_grad(0) || ctx->needs_input_grad(1))) {
+      // Without create_graph nothing differentiates the result: skip the backward op's own
+      // autograd layer (a node per call) and go straight to the kernel.
+      std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
+      if (!at::GradMode::is_enabled()) below_autograd.emplace();
       std::tie(grad_flow, grad_depth) = project_backward(
           grads[0], saved[0], saved[1], saved[2], saved[3], ctx->saved_data["t"].toDouble(),
           ctx->saved_data["inverse_depth"].toBool(), ctx->saved_data["fill_holes"].toBool());

@@ -1,13 +1,17 @@
 // Depth-aware flow projection on the CPU. The scatter runs image by image (parallel over the batch),
 // visiting source pixels in raster order, so it is deterministic. Normalisation and the hole
 // filling's row pass run parallel over rows, its column pass parallel over columns (the linear
-// sweeps of common/flow_hole_fill.h); the backward is a gather, parallel over rows.
+// sweeps of common/flow_hole_fill.h). The backward (backward_terms.h) forms per-pixel terms, over
+// 32 x 32 tiles with hole filling (hole_fill_backward.h), then gathers them per source pixel,
+// parallel over rows: the CUDA kernels' steps, so both compute the same sums in the same order.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include "common/flow_hole_fill.h"
 #include "common/flow_projection.h"
+#include "depth_flow_projection/backward_terms.h"
+#include "depth_flow_projection/hole_fill_backward.h"
 #include "depth_flow_projection/depth_flow_projection.h"
 
 namespace redet {
@@ -119,75 +123,195 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& f
   return {output, count};
 }
 
+// ---- backward: terms per pixel (backward_terms.h; with hole filling over tiles,
+// hole_fill_backward.h), then the gather per source pixel ----
+
+template <typename scalar_t, typename acc_t>
+void pixel_terms_cpu(const GradView<scalar_t>& grad, const scalar_t* out, const acc_t* count,
+                     int64_t batch, int height, int width, GradientTerms<acc_t>* terms) {
+  const int64_t plane = static_cast<int64_t>(height) * width;
+  at::parallel_for(0, batch * height, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / height;
+      const int y = static_cast<int>(r - b * height);
+      const scalar_t* out_row = out + b * plane + r * width;  // (b, 0, y, 0)
+      for (int x = 0; x < width; ++x) {
+        terms[r * width + x] = pixel_terms(
+            static_cast<acc_t>(grad.at(b, 0, y, x)), static_cast<acc_t>(grad.at(b, 1, y, x)),
+            static_cast<acc_t>(out_row[x]), static_cast<acc_t>(out_row[plane + x]),
+            count[r * width + x]);
+      }
+    }
+  });
+}
+
+// One tile of the hole filling's backward: what a CUDA warp keeps in shared memory and
+// registers, filled by the same calls in the same order (cuda/backward_kernels.cuh).
+template <typename acc_t>
+struct RunTile {
+  GradPair<acc_t> cells[kRunTile * kRunTileStride];
+  uint32_t rows[kRunTile];  // non-hole bits per row
+  LineRuns<acc_t> row_runs[kRunTile], column_runs[kRunTile];
+  RunTileCoords at;
+
+  // Loads the tile's cells and sweeps its rows, then its columns.
+  template <typename scalar_t>
+  RunTile(int64_t tile, const GradView<scalar_t>& grad, const acc_t* count, int height,
+          int width)
+      : at(run_tile_coords(tile, height, width)) {
+    for (int r = 0; r < at.n_rows; ++r) {
+      const int y = at.y0 + r;
+      uint32_t bits = 0;
+      for (int c = 0; c < at.n_columns; ++c) {
+        const int x = at.x0 + c;
+        const acc_t cnt = count[(at.b * height + y) * width + x];
+        cells[r * kRunTileStride + c] =
+            initial_cell(static_cast<acc_t>(grad.at(at.b, 0, y, x)),
+                         static_cast<acc_t>(grad.at(at.b, 1, y, x)), cnt);
+        if (cnt > acc_t(0)) bits |= 1u << c;
+      }
+      rows[r] = bits;
+    }
+    for (int r = 0; r < at.n_rows; ++r) {
+      row_runs[r] = sweep_line(cells + r * kRunTileStride, 1, rows[r], at.n_columns);
+    }
+    for (int c = 0; c < at.n_columns; ++c) {
+      column_runs[c] =
+          sweep_line(cells + c, kRunTileStride, column_bits(rows, c, at.n_rows), at.n_rows);
+    }
+  }
+};
+
+// Pass 1: each tile's row and column segment summaries.
+template <typename scalar_t, typename acc_t>
+void run_summaries_cpu(const GradView<scalar_t>& grad, const acc_t* count, int64_t batch,
+                       int height, int width, const RunSummaries<acc_t>& s) {
+  const int64_t tiles = batch * run_tiles_of(height) * run_tiles_of(width);
+  at::parallel_for(0, tiles, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t tile = begin; tile < end; ++tile) {
+      const RunTile<acc_t> t(tile, grad, count, height, width);
+      const RunTileCoords& at = t.at;
+      for (int r = 0; r < at.n_rows; ++r) {
+        const int64_t i = s.row(at.b, at.y0 + r) + at.tile_column;
+        s.row_words[i] = t.rows[r];
+        s.row_heads[i] = t.row_runs[r].head;
+        s.row_tails[i] = t.row_runs[r].tail;
+      }
+      for (int c = 0; c < at.n_columns; ++c) {
+        const int64_t i = s.column(at.b, at.x0 + c) + static_cast<int64_t>(at.tile_row) * width;
+        s.column_words[i] = column_bits(t.rows, c, at.n_rows);
+        s.column_heads[i] = t.column_runs[c].head;
+        s.column_tails[i] = t.column_runs[c].tail;
+      }
+    }
+  });
+}
+
+// Pass 2: each tile's cells completed with the outer runs (rows first, then columns), then
+// their terms.
+template <typename scalar_t, typename acc_t>
+void filled_terms_cpu(const GradView<scalar_t>& grad, const scalar_t* out, const acc_t* count,
+                      int64_t batch, int height, int width, const RunSummaries<acc_t>& s,
+                      GradientTerms<acc_t>* terms) {
+  const int64_t plane = static_cast<int64_t>(height) * width;
+  const int64_t tiles = batch * run_tiles_of(height) * run_tiles_of(width);
+  at::parallel_for(0, tiles, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t tile = begin; tile < end; ++tile) {
+      RunTile<acc_t> t(tile, grad, count, height, width);
+      const RunTileCoords& at = t.at;
+      for (int r = 0; r < at.n_rows; ++r) {
+        GradPair<acc_t> before, after;
+        const LineRuns<acc_t>& runs = t.row_runs[r];
+        row_outer_runs(s, at.b, at.y0 + r, at.tile_column, runs, &before, &after);
+        if (runs.first < 0) continue;
+        t.cells[r * kRunTileStride + runs.first].add(before);
+        t.cells[r * kRunTileStride + runs.last].add(after);
+      }
+      for (int c = 0; c < at.n_columns; ++c) {
+        GradPair<acc_t> above, below;
+        const LineRuns<acc_t>& runs = t.column_runs[c];
+        column_outer_runs(s, at.b, at.tile_row, at.x0 + c, runs, &above, &below);
+        if (runs.first < 0) continue;
+        t.cells[runs.first * kRunTileStride + c].add(above);
+        t.cells[runs.last * kRunTileStride + c].add(below);
+      }
+      for (int r = 0; r < at.n_rows; ++r) {
+        const int64_t row = (at.b * height + at.y0 + r) * width + at.x0;  // (b, y, x0) of count
+        const scalar_t* out_row = out + at.b * plane + row;              // (b, 0, y, x0)
+        for (int c = 0; c < at.n_columns; ++c) {
+          const GradPair<acc_t>& g = t.cells[r * kRunTileStride + c];
+          terms[row + c] = pixel_terms(g.x, g.y, static_cast<acc_t>(out_row[c]),
+                                       static_cast<acc_t>(out_row[plane + c]), count[row + c]);
+        }
+      }
+    }
+  });
+}
+
+// Gather per source pixel (parallel over rows).
+template <typename scalar_t, typename acc_t>
+void source_gradient_cpu(const scalar_t* flow, const scalar_t* depth,
+                         const GradientTerms<acc_t>* terms, int64_t batch, int height, int width,
+                         acc_t t, bool inverse_depth, scalar_t* grad_flow, scalar_t* grad_depth) {
+  const int64_t plane = static_cast<int64_t>(height) * width;
+  at::parallel_for(0, batch * height, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / height;
+      const int y = static_cast<int>(r - b * height);
+      const GradientTerms<acc_t>* terms_b = terms + b * plane;
+      for (int x = 0; x < width; ++x) {
+        const int64_t i = r * width + x;           // (b, y, x) of depth
+        const int64_t fi = b * plane + i;          // (b, 0, y, x) of flow
+        const acc_t gx = t * static_cast<acc_t>(flow[fi]);
+        const acc_t gy = t * static_cast<acc_t>(flow[fi + plane]);
+        const acc_t w = projection_weight(static_cast<acc_t>(depth[i]), inverse_depth);
+        GradientTerms<acc_t> sum{acc_t(0), acc_t(0), acc_t(0), acc_t(0)};
+        ProjectionCorners c;
+        const bool landed = project_pixel(x, y, gx, gy, width, height, &c);
+        if (landed) {
+          int64_t j[4];
+          reached_pixels(c, width, j);
+          for (int k = 0; k < 4; ++k) add_terms(&sum, terms_b[j[k]]);
+        }
+        acc_t gfx, gfy, gw;
+        source_gradient(landed, t, gx, gy, w, sum, &gfx, &gfy, &gw);
+        grad_flow[fi] = static_cast<scalar_t>(gfx);
+        grad_flow[fi + plane] = static_cast<scalar_t>(gfy);
+        grad_depth[i] = static_cast<scalar_t>(depth_gradient(gw, w, inverse_depth));
+      }
+    }
+  });
+}
+
 std::tuple<at::Tensor, at::Tensor> depth_flow_projection_backward_cpu(
     const at::Tensor& grad_, const at::Tensor& flow_, const at::Tensor& depth_,
     const at::Tensor& output_, const at::Tensor& count_, double t, bool inverse_depth,
     bool fill_holes) {
   check_depth_flow_projection_backward_args(grad_, flow_, depth_, output_, count_, t);
   const auto io = prepare_flow_projection_backward(grad_, flow_, depth_, output_, count_);
-  const at::Tensor &grad = io.grad, &flow = io.flow, &depth = io.depth, &output = io.output,
-                   &count = io.count, &grad_flow = io.grad_flow, &grad_depth = io.grad_depth;
   const int64_t batch = io.batch;
   const int height = io.height, width = io.width;
-  const int64_t plane = static_cast<int64_t>(height) * width;
-  if (flow.numel() == 0) return {grad_flow, grad_depth};
-  const auto acc_type = flow_projection_acc_type(flow.scalar_type());
-  // With hole filling, first carry the holes' gradient to the pixels they were filled from.
-  const auto grad_projected = fill_holes ? at::empty(flow.sizes(), flow.options().dtype(acc_type)) : grad;
+  if (io.flow.numel() == 0) return {io.grad_flow, io.grad_depth};
+  const auto workspace = allocate_flow_backward_workspace(io, fill_holes);
 
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_backward_cpu", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, io.flow.scalar_type(), "depth_flow_projection_backward_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const acc_t* cnt = count.data_ptr<acc_t>();
+    const auto grad = grad_view<scalar_t>(io.grad);
+    const scalar_t* out = io.output.data_ptr<scalar_t>();
+    const acc_t* count = io.count.data_ptr<acc_t>();
+    GradientTerms<acc_t>* terms = workspace.terms<acc_t>();
     if (fill_holes) {
-      const scalar_t* g = grad.data_ptr<scalar_t>();
-      acc_t* gp = grad_projected.data_ptr<acc_t>();
-      at::parallel_for(0, batch * height, 16, [&](int64_t begin, int64_t end) {
-        for (int64_t row = begin; row < end; ++row) {
-          const int64_t b = row / height;
-          const int y = row % height;
-          for (int x = 0; x < width; ++x) {
-            const int64_t i = b * 2 * plane + static_cast<int64_t>(y) * width + x;
-            fill_holes_transpose_pixel(g + b * 2 * plane, cnt + b * plane, plane, x, y, width,
-                                       height, gp + i, gp + i + plane);
-          }
-        }
-      });
-    }
-    const scalar_t* f = flow.data_ptr<scalar_t>();
-    const scalar_t* d = depth.data_ptr<scalar_t>();
-    const scalar_t* out = output.data_ptr<scalar_t>();
-    scalar_t* gf = grad_flow.data_ptr<scalar_t>();
-    scalar_t* gd = grad_depth.data_ptr<scalar_t>();
-    const acc_t tt = static_cast<acc_t>(t);
-    auto gather = [&](auto* gp) {
-      at::parallel_for(0, batch * height, 16, [&](int64_t begin, int64_t end) {
-        for (int64_t row = begin; row < end; ++row) {
-          const int64_t b = row / height;
-          const int y = row % height;
-          for (int x = 0; x < width; ++x) {
-            const int64_t i = static_cast<int64_t>(y) * width + x;
-            const int64_t fi = b * 2 * plane + i;
-            const acc_t depth_value = static_cast<acc_t>(d[b * plane + i]);
-            const acc_t w = projection_weight(depth_value, inverse_depth);
-            acc_t gfx, gfy, gw;
-            source_gradient(x, y, width, height, tt, static_cast<acc_t>(f[fi]),
-                            static_cast<acc_t>(f[fi + plane]), w, gp + b * 2 * plane,
-                            out + b * 2 * plane, cnt + b * plane, plane, &gfx, &gfy, &gw);
-            gf[fi] = static_cast<scalar_t>(gfx);
-            gf[fi + plane] = static_cast<scalar_t>(gfy);
-            // w = 1/D: dw/dD = −w².
-            gd[b * plane + i] = static_cast<scalar_t>(inverse_depth ? gw : -gw * w * w);
-          }
-        }
-      });
-    };
-    if (fill_holes) {
-      gather(grad_projected.data_ptr<acc_t>());
+      const auto summaries = workspace.summaries<acc_t>();
+      run_summaries_cpu(grad, count, batch, height, width, summaries);
+      filled_terms_cpu(grad, out, count, batch, height, width, summaries, terms);
     } else {
-      gather(grad.data_ptr<scalar_t>());
+      pixel_terms_cpu(grad, out, count, batch, height, width, terms);
     }
+    source_gradient_cpu(io.flow.data_ptr<scalar_t>(), io.depth.data_ptr<scalar_t>(), terms,
+                        batch, height, width, static_cast<acc_t>(t), inverse_depth,
+                        io.grad_flow.data_ptr<scalar_t>(), io.grad_depth.data_ptr<scalar_t>());
   });
-  return {grad_flow, grad_depth};
+  return {io.grad_flow, io.grad_depth};
 }
 
 }  // namespace

@@ -17,8 +17,10 @@
 //     (costing a second read of depth) because at small sizes the host is the bottleneck: from
 //     the wait's return to the caller's next CUDA call takes ~16 us on an H200 machine, longer
 //     than (2) alone, so a flag known only after (1) left the GPU idle.
-// Backward: a gather per source pixel from the (up to four) pixels it reached, after the hole
-// filling's transpose when filling was on; no atomics, so it is deterministic.
+// Backward (backward_kernels.cuh): per-pixel records of grad_output / count (with hole filling,
+// after passing the holes' gradient back to the pixels they were filled from, in two tiled
+// passes), then a gather per source pixel of its reached pixels' records; no atomics, so it is
+// deterministic.
 #include <ATen/OpMathType.h>
 #include <torch/library.h>
 
@@ -29,6 +31,7 @@
 #include "common/cuda_utils.cuh"
 #include "common/flow_hole_fill.h"
 #include "common/flow_projection.h"
+#include "depth_flow_projection/cuda/backward_kernels.cuh"
 #include "depth_flow_projection/cuda/corner_sums.cuh"
 #include "depth_flow_projection/cuda/hole_fill_kernels.cuh"
 #include "depth_flow_projection/depth_flow_projection.h"
@@ -220,46 +223,7 @@ __global__ void normalize_kernel(Slots slots_arg, int64_t batch, int height, int
 
 // ---- hole filling: hole_fill_kernels.cuh (normalise and mark, row pass, column pass) ----
 
-// ---- backward -----------------------------------------------------------------------------
-
-template <typename scalar_t, typename acc_t>
-__global__ void fill_holes_transpose_kernel(const scalar_t* __restrict__ grad,
-                                            const acc_t* __restrict__ count, int64_t batch,
-                                            int height, int width, acc_t* __restrict__ grad_projected) {
-  const int64_t plane = static_cast<int64_t>(height) * width;
-  REDET_CUDA_GRID_STRIDE(index, batch * plane) {
-    const int64_t b = index / plane, i = index - b * plane;
-    const int y = static_cast<int>(i / width), x = static_cast<int>(i - static_cast<int64_t>(y) * width);
-    acc_t* gp = grad_projected + b * 2 * plane + i;
-    fill_holes_transpose_pixel(grad + b * 2 * plane, count + b * plane, plane, x, y, width, height,
-                               gp, gp + plane);
-  }
-}
-
-template <typename scalar_t, typename acc_t, typename grad_t>
-__global__ void source_gradient_kernel(const grad_t* __restrict__ grad,
-                                       const scalar_t* __restrict__ flow,
-                                       const scalar_t* __restrict__ depth,
-                                       const scalar_t* __restrict__ out,
-                                       const acc_t* __restrict__ count, int64_t batch, int height,
-                                       int width, acc_t t, bool inverse_depth,
-                                       scalar_t* __restrict__ grad_flow,
-                                       scalar_t* __restrict__ grad_depth) {
-  const int64_t plane = static_cast<int64_t>(height) * width;
-  REDET_CUDA_GRID_STRIDE(index, batch * plane) {
-    const int64_t b = index / plane, i = index - b * plane;
-    const int y = static_cast<int>(i / width), x = static_cast<int>(i - static_cast<int64_t>(y) * width);
-    const int64_t fi = b * 2 * plane + i;
-    const acc_t w = projection_weight(static_cast<acc_t>(depth[index]), inverse_depth);
-    acc_t gfx, gfy, gw;
-    source_gradient(x, y, width, height, t, static_cast<acc_t>(flow[fi]),
-                    static_cast<acc_t>(flow[fi + plane]), w, grad + b * 2 * plane,
-                    out + b * 2 * plane, count + b * plane, plane, &gfx, &gfy, &gw);
-    grad_flow[fi] = static_cast<scalar_t>(gfx);
-    grad_flow[fi + plane] = static_cast<scalar_t>(gfy);
-    grad_depth[index] = static_cast<scalar_t>(inverse_depth ? gw : -gw * w * w);  // dw/dD = −w²
-  }
-}
+// ---- backward: backward_kernels.cuh ----------------------------------------------------
 
 // ---- host ---------------------------------------------------------------------------------
 
@@ -391,36 +355,19 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_backward_cuda(
   check_depth_flow_projection_backward_args(grad_, flow_, depth_, output_, count_, t);
   c10::cuda::CUDAGuard guard(flow_.device());
   const auto io = prepare_flow_projection_backward(grad_, flow_, depth_, output_, count_);
-  const at::Tensor &grad = io.grad, &flow = io.flow, &depth = io.depth, &output = io.output,
-                   &count = io.count, &grad_flow = io.grad_flow, &grad_depth = io.grad_depth;
-  const int64_t batch = io.batch;
-  const int height = io.height, width = io.width;
-  const int64_t n = batch * height * width;
-  if (n == 0) return {grad_flow, grad_depth};
+  if (io.flow.numel() == 0) return {io.grad_flow, io.grad_depth};
+  const auto workspace = allocate_flow_backward_workspace(io, fill_holes);
   auto stream = c10::cuda::getCurrentCUDAStream();
-  const int blocks = blocks_for(n);
-  const auto acc_type = flow_projection_acc_type(flow.scalar_type());
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_backward_cuda", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, io.flow.scalar_type(), "depth_flow_projection_backward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    auto gather = [&](const auto* g) {
-      source_gradient_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
-          g, flow.data_ptr<scalar_t>(), depth.data_ptr<scalar_t>(), output.data_ptr<scalar_t>(),
-          count.data_ptr<acc_t>(), batch, height, width, static_cast<acc_t>(t), inverse_depth,
-          grad_flow.data_ptr<scalar_t>(), grad_depth.data_ptr<scalar_t>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    };
-    if (fill_holes) {
-      auto grad_projected = at::empty(flow.sizes(), flow.options().dtype(acc_type));
-      fill_holes_transpose_kernel<scalar_t, acc_t><<<blocks, kThreads, 0, stream>>>(
-          grad.data_ptr<scalar_t>(), count.data_ptr<acc_t>(), batch, height, width,
-          grad_projected.data_ptr<acc_t>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-      gather(static_cast<const acc_t*>(grad_projected.data_ptr<acc_t>()));
-    } else {
-      gather(static_cast<const scalar_t*>(grad.data_ptr<scalar_t>()));
-    }
+    launch_flow_projection_backward<scalar_t, acc_t>(
+        grad_view<scalar_t>(io.grad), io.flow.data_ptr<scalar_t>(), io.depth.data_ptr<scalar_t>(),
+        io.output.data_ptr<scalar_t>(), io.count.data_ptr<acc_t>(), io.batch, io.height,
+        io.width, t, inverse_depth, fill_holes, workspace.terms<acc_t>(),
+        workspace.summaries<acc_t>(), io.grad_flow.data_ptr<scalar_t>(),
+        io.grad_depth.data_ptr<scalar_t>(), stream);
   });
-  return {grad_flow, grad_depth};
+  return {io.grad_flow, io.grad_depth};
 }
 
 }  // namespace
