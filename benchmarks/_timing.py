@@ -1,10 +1,54 @@
 """GPU timing shared by the benchmarks: CUDA events around each call, warm-up first, L2 flushed
-before every timed call (a 256 MB write), median of many runs."""
+before every timed call (a 256 MB write), median of many runs; the host's time per call of calls
+back to back; the backward through autograd; a clear exit where there is no GPU."""
 import json
 import statistics
+import sys
 import time
 
 import torch
+
+
+def require_cuda(script):
+    """Exits with a clear message (status 2) unless torch sees a CUDA device and redet_plugin was
+    built with CUDA."""
+    from redet_plugin import _ext
+    if not torch.cuda.is_available():
+        reason = f"torch {torch.__version__} sees no CUDA device here"
+    elif not _ext.with_cuda():
+        reason = f"redet_plugin._C was built without CUDA ({_ext.LOAD_ERROR or 'rebuild with FORCE_CUDA=1'})"
+    else:
+        return
+    print(f"{script}: needs CUDA: {reason}.", file=sys.stderr)
+    sys.exit(2)
+
+
+def dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def autograd_backward(output, inputs, grad):
+    """The backward of `output` through autograd, as training runs it: a callable that computes
+    the gradients of `inputs` (leaves with requires_grad) for `grad`, keeping the graph so that it
+    can be timed again and again."""
+    return lambda: torch.autograd.grad(output, inputs, grad, retain_graph=True)
+
+
+def deterministic(fn):
+    """fn under torch.use_deterministic_algorithms(True)."""
+    def run():
+        torch.use_deterministic_algorithms(True)
+        try:
+            return fn()
+        finally:
+            torch.use_deterministic_algorithms(False)
+    return run
+
+
+def speedup(row, peer_key, ours_key, name):
+    """row[name] = row[peer_key] / row[ours_key] when both were measured."""
+    if isinstance(row.get(peer_key), float) and isinstance(row.get(ours_key), float):
+        row[name] = row[peer_key] / row[ours_key]
 
 _flush_buffer = None
 

@@ -3,26 +3,21 @@
 Measures construction time, a training step (forward + backward; e2cnn expands its filters from
 the basis every step), eval forward with e2cnn's cached filters, the forward after export to plain
 convolutions (with the export's error), and the same with fp16 autocast.
-Usage: python benchmarks/bench_re_resnet.py --out benchmarks/results/re_resnet_h200.json
+Usage (repo root): python -m benchmarks.bench_re_resnet --out benchmarks/results/re_resnet_h200.json
 Without CUDA it runs on the CPU (wall-clock medians, no memory, no amp): a smoke check, e.g.
-  python benchmarks/bench_re_resnet.py --out /tmp/re_resnet_cpu.json --size 64 --batch 1 --repeats 2
+  python -m benchmarks.bench_re_resnet --out /tmp/re_resnet_cpu.json --size 64 --batch 1 --repeats 2
 """
 import argparse
-import os
-import sys
 import statistics
 import time
 
 import torch
+from mmdet.models.backbones import ResNet
+from mmdet.models.necks import FPN
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _timing import environment, peak_extra_memory_mb, time_cuda, write_json  # noqa: E402
-
-from mmdet.models.backbones import ResNet  # noqa: E402
-from mmdet.models.necks import FPN  # noqa: E402
-
-from redet_plugin.models.backbones import ReResNet  # noqa: E402
-from redet_plugin.models.necks import ReFPN  # noqa: E402
+from benchmarks._timing import environment, peak_extra_memory_mb, time_cuda, write_json
+from redet_plugin.models.backbones import ReResNet
+from redet_plugin.models.necks import ReFPN
 
 IN_CHANNELS = [256, 512, 1024, 2048]
 CUDA = torch.cuda.is_available()

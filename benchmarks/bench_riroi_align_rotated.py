@@ -1,31 +1,32 @@
-"""RiRoIAlignRotated on one GPU: ours (forward, fast backward, deterministic backward) vs mmcv's
-CUDA op in the same run. Shapes from ANCHORS.md:
-  train: features (2, 256, 256, 256) = 32 fields x 8 orientations, 1024 RoIs (512 per image,
-         centres uniform in 1024^2, w, h in [16, 256] px, theta in [-pi, pi)), scale 0.25, 7x7,
-         2 samples per bin side;
-  test:  1 image, 2000 RoIs, same map (forward only).
-The forward reads channels-last features: ours is timed with NCHW input (the op's transpose to
-channels-last included: `ours_forward_ms`) and with channels-last input (`ours_forward_channels_last_ms`,
-no copy); `transpose_ms` is that transpose alone. mmcv reads NCHW.
-Also: the fused multi-level op vs a per-level loop (FPN strides 4-32 of a 1024^2 image), and
-CPU (2 threads) vs the plain reference on a small shape.
-Usage: python benchmarks/bench_riroi_align_rotated.py --out benchmarks/results/riroi_align_rotated_h200.json"""
+"""RiRoIAlignRotated on one GPU, timed as users call it: our module (redet_plugin.ops.RiRoIAlignRotated)
+against mmcv's module (mmcv.ops.RiRoIAlignRotated) in the same run on the same inputs. Shapes from
+ANCHORS.md:
+  train: features (2, 256, 256, 256) = 32 fields x 8 orientations, NCHW, requires_grad=True,
+         1024 RoIs (512 per image, centres uniform in 1024^2, w, h in [16, 256] px,
+         theta in [-pi, pi)), scale 0.25, 7x7, 2 samples per bin side, clockwise;
+         forward, and backward through autograd (torch.autograd.grad);
+  test:  1 image, 2000 RoIs, same map, forward under torch.no_grad() (as a detector's test step).
+Our forward reads channels-last features: with NCHW input it includes the transpose
+(`ours_forward_ms`); `ours_forward_channels_last_ms` takes channels-last input (no copy).
+Diagnostics: our raw torch.ops.redet calls (no Python face, no autograd), the deterministic
+backward, legacy_orientation=True against mmcv's output (the same function), the host's time per
+call of calls back to back (no flush), and our CPU kernel (2 threads, small shape; mmcv has none).
+fp32 first; fp16 and bf16 too (mmcv has no bf16 kernel: there ours is compared with our fp32).
+Usage (repo root): python -m benchmarks.bench_riroi_align_rotated --out riroi_align_rotated_h200.json"""
 import argparse
 import math
-import os
-import sys
 import time
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from _timing import environment, peak_extra_memory_mb, time_cuda, write_json  # noqa: E402
-
-import redet_plugin  # noqa: E402,F401
+from benchmarks._timing import (autograd_backward, back_to_back_us, deterministic, dtype_name,
+                                environment, peak_extra_memory_mb, require_cuda, speedup,
+                                time_cuda, write_json)
+from redet_plugin.ops import RiRoIAlignRotated
 
 SCALE, OUT, SAMPLES, NO = 0.25, 7, 2, 8
+LAYER = dict(spatial_scale=SCALE, num_samples=SAMPLES, num_orientations=NO, clockwise=True)
+GOALS = dict(train_forward_vs_mmcv=2.5, train_backward_vs_mmcv=5.0, test_forward_vs_mmcv=3.5)
 
 
 def make_rois(num_images, per_image, device="cuda", seed=0):
@@ -38,140 +39,99 @@ def make_rois(num_images, per_image, device="cuda", seed=0):
     return torch.cat([batch, centre, size, theta], dim=1)
 
 
-def mmcv_peer():
-    """mmcv's raw kernels (None when mmcv has no CUDA ops), called as its autograd Function does."""
+def make_features(num_images, dtype, device="cuda", seed=1):
+    g = torch.Generator(device=device).manual_seed(seed)
+    return torch.randn(num_images, 32 * NO, 256, 256, device=device, generator=g).to(dtype)
+
+
+def layers():
+    """Our module and mmcv's (None, with the reason, when mmcv has no CUDA ops here)."""
+    ours = RiRoIAlignRotated(OUT, **LAYER)
     try:
-        from mmcv.utils import ext_loader
-        ext = ext_loader.load_ext("_ext", ["riroi_align_rotated_forward",
-                                           "riroi_align_rotated_backward"])
-    except Exception:  # noqa: BLE001
-        return None
-
-    def forward(x, rois):
-        out = x.new_zeros(rois.shape[0], x.shape[1], OUT, OUT)
-        ext.riroi_align_rotated_forward(x, rois, out, pooled_height=OUT, pooled_width=OUT,
-                                        spatial_scale=SCALE, num_samples=SAMPLES,
-                                        num_orientations=NO, clockwise=True)
-        return out
-
-    def backward(grad, rois, shape):
-        grad_input = rois.new_zeros(shape)
-        ext.riroi_align_rotated_backward(grad, rois, grad_input, pooled_height=OUT,
-                                         pooled_width=OUT, spatial_scale=SCALE,
-                                         num_samples=SAMPLES, num_orientations=NO, clockwise=True)
-        return grad_input
-    return forward, backward
+        from mmcv.ops import RiRoIAlignRotated as MmcvRiRoIAlignRotated
+        return ours, MmcvRiRoIAlignRotated(OUT, **LAYER), None
+    except ImportError as error:
+        return ours, None, str(error)[:200]
 
 
-def ratio(row, peer_key, ours_key, name):
-    if peer_key in row and ours_key in row:
-        row[name] = row[peer_key] / row[ours_key]
+def time_train(row, name, layer, x, rois):
+    """Forward with features requiring grad, autograd backward, host time per call."""
+    leaf = x.detach().clone().requires_grad_(True)
+    forward = lambda: layer(leaf, rois)  # noqa: E731
+    out = forward()
+    backward = autograd_backward(out, leaf, torch.randn_like(out))
+    row[f"{name}_forward_ms"] = time_cuda(forward)
+    row[f"{name}_forward_peak_extra_mb"] = peak_extra_memory_mb(forward)
+    row[f"{name}_backward_ms"] = time_cuda(backward)
+    row[f"{name}_backward_peak_extra_mb"] = peak_extra_memory_mb(backward)
+    row[f"{name}_forward_host_us"] = back_to_back_us(forward)
+    row[f"{name}_backward_host_us"] = back_to_back_us(backward)
+    return out.detach(), backward
 
 
-def bench_shape(name, num_images, per_image, dtype, peer, with_backward=True):
-    g = torch.Generator(device="cuda").manual_seed(1)
-    x = torch.randn(num_images, 32 * NO, 256, 256, device="cuda", generator=g).to(dtype)
-    x_channels_last = x.contiguous(memory_format=torch.channels_last)
-    rois = make_rois(num_images, per_image).to(dtype)
-    args = (SCALE, OUT, OUT, SAMPLES, NO, True, False)
-    ours = lambda: torch.ops.redet.riroi_align_rotated(x, rois, *args)  # noqa: E731
-    ours_channels_last = lambda: torch.ops.redet.riroi_align_rotated(  # noqa: E731
-        x_channels_last, rois, *args)
-    row = dict(shape=name, dtype=str(dtype).replace("torch.", ""))
-    row["ours_forward_ms"] = time_cuda(ours)  # NCHW input: includes the transpose
-    row["ours_forward_peak_extra_mb"] = peak_extra_memory_mb(ours)
-    row["ours_forward_channels_last_ms"] = time_cuda(ours_channels_last)
-    row["ours_forward_channels_last_peak_extra_mb"] = peak_extra_memory_mb(ours_channels_last)
+def bench_train(dtype, ours, peer):
+    x, rois = make_features(2, dtype), make_rois(2, 512).to(dtype)
+    row = dict(shape="train: (2,256,256,256), 1024 rois", dtype=dtype_name(dtype))
+    out, ours_backward = time_train(row, "ours", ours, x, rois)
+    row["ours_backward_deterministic_ms"] = time_cuda(deterministic(ours_backward))
+    x_cl = x.contiguous(memory_format=torch.channels_last).requires_grad_(True)
+    row["ours_forward_channels_last_ms"] = time_cuda(lambda: ours(x_cl, rois))
     row["transpose_ms"] = time_cuda(lambda: x.contiguous(memory_format=torch.channels_last))
-    row["channels_last_equals_nchw"] = bool(torch.equal(ours(), ours_channels_last()))
-    if with_backward:
-        grad = torch.randn(rois.shape[0], x.shape[1], OUT, OUT, device="cuda").to(dtype)
-        bwd = lambda: torch.ops.redet._riroi_align_rotated_backward(  # noqa: E731
-            grad, rois, SCALE, SAMPLES, NO, True, False, *x.shape)
-        row["ours_backward_ms"] = time_cuda(bwd)
-        row["ours_backward_peak_extra_mb"] = peak_extra_memory_mb(bwd)
-        torch.use_deterministic_algorithms(True)
+    row["channels_last_equals_nchw"] = bool(torch.equal(out, ours(x_cl, rois).detach()))
+    del x_cl
+
+    # diagnostic: the raw ops, without the Python face and autograd
+    args = (SCALE, OUT, OUT, SAMPLES, NO, True, False)
+    grad = torch.randn_like(out)
+    row["raw_forward_ms"] = time_cuda(lambda: torch.ops.redet.riroi_align_rotated(x, rois, *args))
+    row["raw_backward_ms"] = time_cuda(lambda: torch.ops.redet._riroi_align_rotated_backward(
+        grad, rois, SCALE, SAMPLES, NO, True, False, *x.shape))
+
+    if peer is not None:
         try:
-            row["ours_backward_deterministic_ms"] = time_cuda(bwd)
-            row["ours_backward_deterministic_peak_extra_mb"] = peak_extra_memory_mb(bwd)
-        finally:
-            torch.use_deterministic_algorithms(False)
-    if peer is not None and dtype != torch.bfloat16:  # mmcv has no bfloat16 kernel
-        try:
-            forward, backward = peer
-            row["mmcv_forward_ms"] = time_cuda(lambda: forward(x, rois))
-            row["mmcv_forward_peak_extra_mb"] = peak_extra_memory_mb(lambda: forward(x, rois))
-            if with_backward:
-                row["mmcv_backward_ms"] = time_cuda(lambda: backward(grad, rois, x.shape))
-                row["mmcv_backward_peak_extra_mb"] = peak_extra_memory_mb(
-                    lambda: backward(grad, rois, x.shape))
-            # legacy_orientation=True is the peer's function: check it while we are here
-            legacy = torch.ops.redet.riroi_align_rotated(x, rois, SCALE, OUT, OUT, SAMPLES, NO,
-                                                         True, True)
-            peer_out = forward(x, rois)
+            peer_out, _ = time_train(row, "mmcv", peer, x, rois)
+            legacy = RiRoIAlignRotated(OUT, legacy_orientation=True, **LAYER)(x, rois)
             row["legacy_vs_mmcv_max_rel_diff"] = ((legacy.float() - peer_out.float()).abs().max()
                                                   / peer_out.float().abs().max()).item()
-        except Exception as error:  # noqa: BLE001  (report, do not fail the benchmark)
+        except Exception as error:  # noqa: BLE001  (no kernel for this dtype: report, carry on)
             row["mmcv_error"] = str(error)[:200]
-    ratio(row, "mmcv_forward_ms", "ours_forward_ms", "speedup_forward_vs_mmcv")
-    ratio(row, "mmcv_forward_ms", "ours_forward_channels_last_ms",
-          "speedup_forward_channels_last_vs_mmcv")
-    ratio(row, "mmcv_backward_ms", "ours_backward_ms", "speedup_backward_vs_mmcv")
-    ratio(row, "mmcv_backward_ms", "ours_backward_deterministic_ms",
-          "speedup_deterministic_backward_vs_mmcv")
+    speedup(row, "mmcv_forward_ms", "ours_forward_ms", "speedup_forward_vs_mmcv")
+    speedup(row, "mmcv_forward_ms", "ours_forward_channels_last_ms",
+            "speedup_forward_channels_last_vs_mmcv")
+    speedup(row, "mmcv_backward_ms", "ours_backward_ms", "speedup_backward_vs_mmcv")
+    speedup(row, "mmcv_backward_ms", "ours_backward_deterministic_ms",
+            "speedup_deterministic_backward_vs_mmcv")
     return row
 
 
-def bench_multilevel(dtype):
-    """4 FPN levels of two 1024^2 images; RoIs mapped to levels by mmdet's scale rule."""
-    g = torch.Generator(device="cuda").manual_seed(2)
-    features = [torch.randn(2, 32 * NO, 1024 // s, 1024 // s, device="cuda", generator=g).to(dtype)
-                for s in (4, 8, 16, 32)]
-    scales = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
-    rois = make_rois(2, 512).to(dtype)
-    levels = torch.floor(torch.log2(torch.sqrt(rois[:, 3].double() * rois[:, 4].double()) / 56 + 1e-6))
-    levels = levels.clamp(0, 3).long()
-    opts = (OUT, OUT, SAMPLES, NO, True, False)
-    fused = lambda: torch.ops.redet.riroi_align_rotated_multilevel(  # noqa: E731
-        features, rois, levels, scales, *opts)
-    features_channels_last = [f.contiguous(memory_format=torch.channels_last) for f in features]
-    fused_channels_last = lambda: torch.ops.redet.riroi_align_rotated_multilevel(  # noqa: E731
-        features_channels_last, rois, levels, scales, *opts)
-    index = [(levels == l).nonzero().flatten() for l in range(4)]
-
-    def loop():
-        out = features[0].new_zeros(rois.shape[0], features[0].shape[1], OUT, OUT)
-        for l, (f, s) in enumerate(zip(features, scales)):
-            out[index[l]] = torch.ops.redet.riroi_align_rotated(f, rois[index[l]], s, *opts)
-        return out
-    grad = torch.randn(rois.shape[0], features[0].shape[1], OUT, OUT, device="cuda").to(dtype)
-    heights, widths = [f.shape[2] for f in features], [f.shape[3] for f in features]
-    fused_bwd = lambda: torch.ops.redet._riroi_align_rotated_multilevel_backward(  # noqa: E731
-        grad, rois, levels, scales, SAMPLES, NO, True, False, 2, features[0].shape[1], heights, widths)
-
-    def loop_bwd():
-        return [torch.ops.redet._riroi_align_rotated_backward(
-            grad[index[l]], rois[index[l]], s, SAMPLES, NO, True, False, *f.shape)
-            for l, (f, s) in enumerate(zip(features, scales))]
-    row = dict(shape="multilevel: 4 levels (2,256,{256,128,64,32}^2), 1024 rois", dtype=str(dtype).replace("torch.", ""),
-               rois_per_level=[int(i.numel()) for i in index],
-               fused_forward_ms=time_cuda(fused), loop_forward_ms=time_cuda(loop),
-               fused_forward_channels_last_ms=time_cuda(fused_channels_last),
-               fused_forward_channels_last_peak_extra_mb=peak_extra_memory_mb(fused_channels_last),
-               fused_backward_ms=time_cuda(fused_bwd), loop_backward_ms=time_cuda(loop_bwd))
-    row["fused_vs_loop_max_abs_diff"] = (fused() - loop()).abs().max().item()
-    row["fused_channels_last_equals_nchw"] = bool(torch.equal(fused(), fused_channels_last()))
+def bench_test(dtype, ours, peer):
+    x, rois = make_features(1, dtype), make_rois(1, 2000).to(dtype)
+    x_cl = x.contiguous(memory_format=torch.channels_last)
+    row = dict(shape="test: (1,256,256,256), 2000 rois, no_grad", dtype=dtype_name(dtype))
+    with torch.no_grad():
+        row["ours_forward_ms"] = time_cuda(lambda: ours(x, rois))
+        row["ours_forward_channels_last_ms"] = time_cuda(lambda: ours(x_cl, rois))
+        row["ours_forward_host_us"] = back_to_back_us(lambda: ours(x, rois))
+        if peer is not None:
+            try:
+                row["mmcv_forward_ms"] = time_cuda(lambda: peer(x, rois))
+                row["mmcv_forward_host_us"] = back_to_back_us(lambda: peer(x, rois))
+            except Exception as error:  # noqa: BLE001
+                row["mmcv_error"] = str(error)[:200]
+    speedup(row, "mmcv_forward_ms", "ours_forward_ms", "speedup_forward_vs_mmcv")
+    speedup(row, "mmcv_forward_ms", "ours_forward_channels_last_ms",
+            "speedup_forward_channels_last_vs_mmcv")
     return row
 
 
-def bench_cpu():
-    """2 threads, small shape: our CPU kernel vs the plain reference (tests/test_ops/_reference.py)."""
-    from tests.test_ops._reference import riroi_align_rotated_reference
+def bench_cpu(ours):
+    """Our CPU kernel, 2 threads, small shape (no peer has a CPU kernel): public forward and
+    autograd backward, median wall time."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        g = torch.Generator().manual_seed(3)
-        x = torch.randn(1, 8 * NO, 64, 64, generator=g)
+        x = make_features(1, torch.float32, device="cpu")[:, :8 * NO, :64, :64].contiguous()
+        x.requires_grad_(True)
         rois = make_rois(1, 64, device="cpu")
         rois[:, 1:3] /= 4  # centres on the 256^2 image of a 64^2 map
         rois = rois.float()
@@ -184,35 +144,44 @@ def bench_cpu():
                 fn()
                 times.append(time.perf_counter() - start)
             return sorted(times)[len(times) // 2] * 1000
-        ours = timed(lambda: torch.ops.redet.riroi_align_rotated(x, rois, SCALE, OUT, OUT, SAMPLES,
-                                                                 NO, True, False))
-        grad = torch.randn(64, 8 * NO, OUT, OUT)
-        ours_bwd = timed(lambda: torch.ops.redet._riroi_align_rotated_backward(
-            grad, rois, SCALE, SAMPLES, NO, True, False, *x.shape))
-        ref = timed(lambda: riroi_align_rotated_reference(x, rois, (OUT, OUT), SCALE, SAMPLES, NO,
-                                                          True), repeats=2)
+        out = ours(x, rois)
         return dict(shape="cpu 2 threads: (1,64,64,64), 64 rois, 7x7, 2 samples", dtype="float32",
-                    ours_forward_ms=ours, ours_backward_ms=ours_bwd, reference_forward_ms=ref,
-                    speedup_forward_vs_reference=ref / ours)
+                    ours_forward_ms=timed(lambda: ours(x, rois)),
+                    ours_backward_ms=timed(autograd_backward(out, x, torch.randn_like(out))))
     finally:
         torch.set_num_threads(threads)
 
 
+def goals(rows):
+    def find(shape, dtype):
+        return next(r for r in rows if r["shape"].startswith(shape) and r["dtype"] == dtype)
+    met = {}
+    for name, target in GOALS.items():  # e.g. "train_forward_vs_mmcv": 2.5
+        shape, what = name.split("_")[:2]
+        met[f"{name}_{target}x"] = find(shape, "float32").get(f"speedup_{what}_vs_mmcv", 0.0) >= target
+    for dtype in ("float16", "bfloat16"):
+        for shape, measured in (("train", ("forward", "backward")), ("test", ("forward",))):
+            for what in measured:
+                met[f"{shape}_{dtype}_{what}_not_slower_than_fp32"] = (
+                    find(shape, dtype)[f"ours_{what}_ms"] <= find(shape, "float32")[f"ours_{what}_ms"])
+    return met
+
+
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args()
-    peer = mmcv_peer()
+    require_cuda("bench_riroi_align_rotated")
+    ours, peer, peer_missing = layers()
     rows = []
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        rows.append(bench_shape("train: (2,256,256,256), 1024 rois", 2, 512, dtype, peer))
-        rows.append(bench_shape("test: (1,256,256,256), 2000 rois", 1, 2000, dtype, peer,
-                                with_backward=False))
-    rows.append(bench_multilevel(torch.float32))
-    rows.append(bench_cpu())
+        rows.append(bench_train(dtype, ours, peer))
+        rows.append(bench_test(dtype, ours, peer))
+    rows.append(bench_cpu(ours))
     write_json(args.out, dict(op="riroi_align_rotated", environment=environment(),
-                              mmcv_available=peer is not None,
-                              command="python benchmarks/bench_riroi_align_rotated.py --out " + args.out,
+                              layer=dict(output_size=OUT, **LAYER), goals=GOALS,
+                              goals_met=goals(rows), mmcv_missing=peer_missing,
+                              command="python -m benchmarks.bench_riroi_align_rotated --out " + args.out,
                               results=rows))
 
 

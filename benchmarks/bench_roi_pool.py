@@ -1,23 +1,27 @@
-"""RoIPool on one GPU: ours vs torchvision (and mmcv) in the same run, shape from ANCHORS.md:
-features (2, 256, 200, 200), 1024 RoIs on an 800x800 image, spatial_scale 0.25, 7x7.
-Our CUDA forward gathers from channels-last memory: `ours_forward_ms` takes the usual NCHW input
-and includes the transpose (also timed alone); `ours_forward_channels_last_ms` takes a
-channels-last input (no copy). Both take the forward's vector path (2 channels a lane, C = 256 is
-even); `ours_forward_scalar_path_ms` runs the scalar path (a lane per channel) on the same values,
-through a channels-last view at an odd storage offset (misaligned pairs). The peers take NCHW input.
-Usage: python benchmarks/bench_roi_pool.py --out benchmarks/results/roi_pool_h200.json"""
+"""RoIPool on one GPU, timed as users call it: ours (redet_plugin.ops.roi_pool / RoIPool) against
+torchvision.ops.roi_pool and mmcv.ops.roi_pool in the same run on the same inputs. Shape from
+ANCHORS.md: features (2, 256, 200, 200), 1024 RoIs on an 800x800 image, spatial_scale 0.25, 7x7.
+
+Each op's forward takes NCHW features with requires_grad=True (as in training); its backward runs
+through autograd (torch.autograd.grad). Our CUDA forward gathers from channels-last memory, so
+`ours_forward_ms` includes the transpose; `ours_forward_channels_last_ms` takes channels-last
+features (no copy). Diagnostics: our raw torch.ops.redet calls (no Python face, no autograd), the
+scalar path (a lane per channel, through a channels-last view at an odd storage offset), the
+deterministic backward, and the host's time per call of calls back to back (no flush).
+fp32 first; fp16 and bf16 too (torchvision has no bf16 kernel: there ours is compared with our fp32).
+Usage (repo root): python -m benchmarks.bench_roi_pool --out roi_pool_h200.json"""
 import argparse
-import os
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _timing import environment, peak_extra_memory_mb, time_cuda, write_json  # noqa: E402
-
-import redet_plugin  # noqa: E402,F401
+from benchmarks._timing import (autograd_backward, back_to_back_us, deterministic, dtype_name,
+                                environment, peak_extra_memory_mb, require_cuda, speedup,
+                                time_cuda, write_json)
+from redet_plugin.ops import roi_pool
 
 SCALE, SIZE = 0.25, 7
+SHAPE = "features (2,256,200,200), 1024 rois on 800^2, scale 0.25, 7x7"
+GOALS = dict(forward_vs_torchvision=1.5, backward_vs_torchvision=1.5)
 
 
 def make_inputs(dtype, seed=0):
@@ -41,78 +45,97 @@ def channels_last_at_offset(x, offset):
     return view
 
 
-def measure(row, name, fn):
-    """Median time and peak extra memory of fn under `name`."""
-    row[f"{name}_ms"] = time_cuda(fn)
-    row[f"{name}_peak_extra_mb"] = peak_extra_memory_mb(fn)
+def time_public(row, name, pool, x, rois):
+    """Forward (features requiring grad), autograd backward, and host time per call of `pool`."""
+    leaf = x.detach().clone().requires_grad_(True)
+    forward = lambda: pool(leaf, rois)  # noqa: E731
+    out = forward()
+    backward = autograd_backward(out, leaf, torch.randn_like(out))
+    row[f"{name}_forward_ms"] = time_cuda(forward)
+    row[f"{name}_forward_peak_extra_mb"] = peak_extra_memory_mb(forward)
+    row[f"{name}_backward_ms"] = time_cuda(backward)
+    row[f"{name}_forward_host_us"] = back_to_back_us(forward)
+    row[f"{name}_backward_host_us"] = back_to_back_us(backward)
+    return out.detach(), backward
 
 
-def bench(dtype, deterministic_too=True):
-    x, rois = make_inputs(dtype)
-    x_cl = x.contiguous(memory_format=torch.channels_last)
-    n, c, h, w = x.shape
-    row = dict(dtype=str(dtype).replace("torch.", ""))
-    measure(row, "ours_forward", lambda: torch.ops.redet.roi_pool(x, rois, SCALE, SIZE, SIZE))
-    measure(row, "ours_forward_channels_last",
-            lambda: torch.ops.redet.roi_pool(x_cl, rois, SCALE, SIZE, SIZE))
-    row["channels_last_transpose_ms"] = time_cuda(lambda: x.contiguous(memory_format=torch.channels_last))
-    out, argmax = torch.ops.redet.roi_pool(x, rois, SCALE, SIZE, SIZE)
-    out_cl, argmax_cl = torch.ops.redet.roi_pool(x_cl, rois, SCALE, SIZE, SIZE)
-    row["channels_last_identical_to_nchw"] = bool(torch.equal(out, out_cl) and torch.equal(argmax, argmax_cl))
-    x_scalar = channels_last_at_offset(x, 1)
-    measure(row, "ours_forward_scalar_path",
-            lambda: torch.ops.redet.roi_pool(x_scalar, rois, SCALE, SIZE, SIZE))
-    out_s, argmax_s = torch.ops.redet.roi_pool(x_scalar, rois, SCALE, SIZE, SIZE)
-    row["scalar_path_identical"] = bool(torch.equal(out, out_s) and torch.equal(argmax, argmax_s))
-    row["speedup_vector_vs_scalar_path"] = (
-        row["ours_forward_scalar_path_ms"] / row["ours_forward_channels_last_ms"])
-    del x_scalar
-    grad = torch.randn_like(out)
-    ours_bwd = lambda: torch.ops.redet._roi_pool_backward(grad, rois, argmax, n, c, h, w)  # noqa: E731
-    row["ours_backward_ms"] = time_cuda(ours_bwd)
-    if deterministic_too:
-        torch.use_deterministic_algorithms(True)
-        row["ours_backward_deterministic_ms"] = time_cuda(ours_bwd)
-        torch.use_deterministic_algorithms(False)
+def peers():
+    """The peers' public functions that this machine has, and why the others are missing."""
+    found, missing = {}, {}
     try:
-        import torchvision  # noqa: F401
-        tv = lambda: torch.ops.torchvision.roi_pool(x, rois, SCALE, SIZE, SIZE)  # noqa: E731
-        tv_out, tv_arg = tv()
-        row["identical_to_torchvision"] = bool(torch.equal(out, tv_out) and torch.equal(argmax, tv_arg))
-        tv_bwd = lambda: torch.ops.torchvision._roi_pool_backward(  # noqa: E731
-            grad, rois, tv_arg, SCALE, SIZE, SIZE, n, c, h, w)
-        measure(row, "torchvision_forward", tv)
-        row["torchvision_backward_ms"] = time_cuda(tv_bwd)
-        tv_ms = row["torchvision_forward_ms"]
-        row["speedup_forward_vs_torchvision"] = tv_ms / row["ours_forward_ms"]
-        row["speedup_forward_channels_last_vs_torchvision"] = tv_ms / row["ours_forward_channels_last_ms"]
-        row["speedup_backward_vs_torchvision"] = row["torchvision_backward_ms"] / row["ours_backward_ms"]
-        if deterministic_too:
-            row["speedup_deterministic_backward_vs_torchvision"] = (
-                row["torchvision_backward_ms"] / row["ours_backward_deterministic_ms"])
-    except (ImportError, RuntimeError) as error:
-        row["torchvision_error"] = str(error)[:200]
-    if dtype == torch.float32:
+        import torchvision.ops
+        found["torchvision"] = lambda x, rois: torchvision.ops.roi_pool(x, rois, SIZE, SCALE)
+    except ImportError as error:
+        missing["torchvision"] = str(error)[:200]
+    try:
+        import mmcv.ops
+        found["mmcv"] = lambda x, rois: mmcv.ops.roi_pool(x, rois, (SIZE, SIZE), SCALE)
+    except ImportError as error:
+        missing["mmcv"] = str(error)[:200]
+    return found, missing
+
+
+def bench(dtype, peer_fns):
+    x, rois = make_inputs(dtype)
+    n, c, h, w = x.shape
+    row = dict(dtype=dtype_name(dtype))
+    ours = lambda features, boxes: roi_pool(features, boxes, SIZE, SCALE)  # noqa: E731
+    out, ours_backward = time_public(row, "ours", ours, x, rois)
+    row["ours_backward_deterministic_ms"] = time_cuda(deterministic(ours_backward))
+    x_cl = x.contiguous(memory_format=torch.channels_last)
+    row["ours_forward_channels_last_ms"] = time_cuda(lambda: ours(x_cl, rois))
+    row["channels_last_transpose_ms"] = time_cuda(lambda: x.contiguous(memory_format=torch.channels_last))
+    row["channels_last_identical_to_nchw"] = bool(torch.equal(out, ours(x_cl, rois)))
+    x_scalar = channels_last_at_offset(x, 1)
+    row["ours_forward_scalar_path_ms"] = time_cuda(lambda: ours(x_scalar, rois))
+    row["scalar_path_identical"] = bool(torch.equal(out, ours(x_scalar, rois)))
+    del x_scalar, x_cl
+
+    # diagnostic: the raw ops, without the Python face and autograd
+    raw_out, argmax = torch.ops.redet.roi_pool(x, rois, SCALE, SIZE, SIZE)
+    grad = torch.randn_like(raw_out)
+    row["raw_forward_ms"] = time_cuda(lambda: torch.ops.redet.roi_pool(x, rois, SCALE, SIZE, SIZE))
+    row["raw_backward_ms"] = time_cuda(
+        lambda: torch.ops.redet._roi_pool_backward(grad, rois, argmax, n, c, h, w))
+
+    for peer, pool in peer_fns.items():
         try:
-            from mmcv.ops import RoIPool as MmcvRoIPool
-            layer = MmcvRoIPool((SIZE, SIZE), SCALE)
-            measure(row, "mmcv_forward", lambda: layer(x, rois))
-            row["speedup_forward_vs_mmcv"] = row["mmcv_forward_ms"] / row["ours_forward_ms"]
-            row["speedup_forward_channels_last_vs_mmcv"] = (
-                row["mmcv_forward_ms"] / row["ours_forward_channels_last_ms"])
-        except Exception as error:  # noqa: BLE001  (report, do not fail the benchmark)
-            row["mmcv_error"] = str(error)[:200]
+            peer_out, _ = time_public(row, peer, pool, x, rois)
+            row[f"identical_to_{peer}"] = bool(torch.equal(out, peer_out))
+        except Exception as error:  # noqa: BLE001  (no kernel for this dtype: report, carry on)
+            row[f"{peer}_error"] = str(error)[:200]
+            continue
+        for what in ("forward", "backward"):
+            speedup(row, f"{peer}_{what}_ms", f"ours_{what}_ms", f"speedup_{what}_vs_{peer}")
+        speedup(row, f"{peer}_forward_ms", "ours_forward_channels_last_ms",
+                f"speedup_forward_channels_last_vs_{peer}")
+        speedup(row, f"{peer}_backward_ms", "ours_backward_deterministic_ms",
+                f"speedup_deterministic_backward_vs_{peer}")
     return row
 
 
+def goals(rows):
+    fp32 = next(r for r in rows if r["dtype"] == "float32")
+    met = {f"{what}_{target}x": fp32.get(f"speedup_{what}", 0.0) >= target
+           for what, target in GOALS.items()}
+    for r in rows:
+        if r["dtype"] != "float32":
+            for what in ("forward", "backward"):
+                met[f"{r['dtype']}_{what}_not_slower_than_fp32"] = (
+                    r[f"ours_{what}_ms"] <= fp32[f"ours_{what}_ms"])
+    return met
+
+
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args()
-    rows = [bench(torch.float32), bench(torch.float16), bench(torch.bfloat16)]
-    write_json(args.out, dict(op="roi_pool", environment=environment(),
-                              shape="features (2,256,200,200), 1024 rois on 800^2, scale 0.25, 7x7",
-                              command="python benchmarks/bench_roi_pool.py --out " + args.out,
+    require_cuda("bench_roi_pool")
+    peer_fns, missing = peers()
+    rows = [bench(dtype, peer_fns) for dtype in (torch.float32, torch.float16, torch.bfloat16)]
+    write_json(args.out, dict(op="roi_pool", environment=environment(), shape=SHAPE,
+                              goals=GOALS, goals_met=goals(rows), peers_missing=missing,
+                              command="python -m benchmarks.bench_roi_pool --out " + args.out,
                               results=rows))
 
 

@@ -7,20 +7,18 @@ RiRoIAlignRotated(7x7, num_samples=2, nO=8, clockwise=True) as in ReDet. Cases: 
 1024 RoIs) and testing (1 image, 2000 RoIs); RoI sizes sqrt(w*h) log-uniform in [16, 1024] px so
 that every level gets RoIs, centres uniform in the image, theta uniform in [-pi, pi).
 Forward = the extractor's forward (level choice included); forward+backward also computes the
-feature gradients (torch.autograd.grad, no accumulation).
-Usage: python benchmarks/bench_rotated_extractor.py --out benchmarks/results/rotated_extractor_h200.json"""
+feature gradients (torch.autograd.grad, no accumulation); `*_host_us`: the host's time per call
+of calls back to back (no flush).
+Usage (repo root): python -m benchmarks.bench_rotated_extractor --out rotated_extractor_h200.json"""
 import argparse
 import math
-import os
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _timing import environment, time_cuda, write_json  # noqa: E402
-
-import redet_plugin  # noqa: E402,F401
-from redet_plugin.models.roi_extractors import RotatedSingleRoIExtractor  # noqa: E402
+from benchmarks._timing import (back_to_back_us, dtype_name, environment, require_cuda, time_cuda,
+                                write_json)
+from redet_plugin.models.roi_extractors import RotatedSingleRoIExtractor
+from redet_plugin.ops import RiRoIAlignRotated
 
 IMAGE, STRIDES, CHANNELS = 1024, [4, 8, 16, 32, 64], 256
 LAYER = dict(output_size=7, num_samples=2, num_orientations=8, clockwise=True)
@@ -42,7 +40,7 @@ def make_inputs(num_images, num_rois, dtype, seed=0):
 
 
 def extractors():
-    ours = dict(type="RiRoIAlignRotated", **LAYER)
+    ours = dict(type=RiRoIAlignRotated, **LAYER)
     found = dict(fused=RotatedSingleRoIExtractor(ours, CHANNELS, STRIDES, fused=True),
                  loop=RotatedSingleRoIExtractor(ours, CHANNELS, STRIDES, fused=False))
     try:
@@ -58,7 +56,7 @@ def extractors():
 def ops_only_forward(feats, rois, repeats):
     """The kernels alone, RoIs already split by level: what the loop costs beyond its launches."""
     from redet_plugin.ops import riroi_align_rotated, riroi_align_rotated_multilevel
-    levels = RotatedSingleRoIExtractor(dict(type="RiRoIAlignRotated", **LAYER), CHANNELS,
+    levels = RotatedSingleRoIExtractor(dict(type=RiRoIAlignRotated, **LAYER), CHANNELS,
                                        STRIDES).map_roi_levels(rois, len(STRIDES))
     scales = [1.0 / s for s in STRIDES]
     split = [(feats[i], rois[levels == i], scales[i]) for i in range(len(STRIDES))]
@@ -73,7 +71,7 @@ def ops_only_forward(feats, rois, repeats):
 def bench_case(name, num_images, num_rois, dtype, repeats):
     feats, rois = make_inputs(num_images, num_rois, dtype)
     feats_grad = [f.detach().requires_grad_(True) for f in feats]
-    row = dict(case=name, images=num_images, rois=num_rois, dtype=str(dtype).replace("torch.", ""))
+    row = dict(case=name, images=num_images, rois=num_rois, dtype=dtype_name(dtype))
     fused_out = None
     for label, extractor in extractors().items():
         try:
@@ -85,6 +83,8 @@ def bench_case(name, num_images, num_rois, dtype, repeats):
 
             row[f"{label}_forward_ms"] = time_cuda(lambda: extractor(feats, rois), repeats)
             row[f"{label}_forward_backward_ms"] = time_cuda(forward_backward, repeats)
+            row[f"{label}_forward_host_us"] = back_to_back_us(lambda: extractor(feats, rois))
+            row[f"{label}_forward_backward_host_us"] = back_to_back_us(forward_backward)
         except Exception as error:  # noqa: BLE001  (report the peer's failure, keep measuring ours)
             row[f"{label}_error"] = str(error)[:200]
             continue
@@ -105,11 +105,25 @@ def bench_case(name, num_images, num_rois, dtype, repeats):
     return row
 
 
+def goals(rows):
+    met = {f"{r['case']}_{r['dtype']}_fused_{GOAL}x_loop": r["goal_met"] for r in rows}
+    fp32 = {r["case"]: r for r in rows if r["dtype"] == "float32"}
+    for r in rows:
+        if r["dtype"] != "float32":
+            for what in ("forward", "forward_backward"):
+                key = f"fused_{what}_ms"
+                if key in r and key in fp32[r["case"]]:
+                    met[f"{r['case']}_{r['dtype']}_{what}_not_slower_than_fp32"] = (
+                        r[key] <= fp32[r["case"]][key])
+    return met
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--repeats", type=int, default=60)
     args = parser.parse_args()
+    require_cuda("bench_rotated_extractor")
     torch.backends.cudnn.benchmark = False
     rows = [bench_case(name, n, k, dtype, args.repeats)
             for dtype in (torch.float32, torch.float16)
@@ -117,8 +131,9 @@ def main():
     write_json(args.out, dict(
         what="RotatedSingleRoIExtractor: fused multi-level RiRoIAlignRotated vs per-level loop",
         environment=environment(), goal=f"fused >= {GOAL}x faster than the loop",
+        goals_met=goals(rows),
         shape=f"{IMAGE}^2 image, strides {STRIDES}, {CHANNELS} ch = 32 x 8 orientations, 7x7, "
-              "2 samples, clockwise", command="python benchmarks/bench_rotated_extractor.py --out "
+              "2 samples, clockwise", command="python -m benchmarks.bench_rotated_extractor --out "
               + args.out, results=rows))
 
 

@@ -1,33 +1,77 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: install the carried wheels, build with CUDA, run the benchmarks,
-# then the tests with compute-sanitizer (memcheck, racecheck) over the sanitize_*.py drivers in
-# parallel; logs and JSON go to $OUT.
-# Usage (repo root, on the device): bash benchmarks/device_run.sh "TESTS" "BENCHES" "SANITIZE SCRIPTS"
-# (an empty TESTS runs no tests; left out, tests/test_ops).
+# One call on the GPU machine does it all: install the carried wheels (.devwheels), build the ops
+# with CUDA (and, when .peers/dain holds DAIN's DepthFlowProjection sources, DAIN's kernels beside
+# it), run the benchmarks first on the idle GPU, then the whole test suite with compute-sanitizer
+# (memcheck and racecheck) over the sanitize_*.py drivers in parallel.
+# Usage (repo root, on the device):
+#   bash benchmarks/device_run.sh ["TESTS"] ["BENCHES"] ["SANITIZE SCRIPTS"]
+# Each argument left out takes its default: TESTS `tests` (the whole suite; "" runs none),
+# BENCHES the four op benchmarks, SANITIZE every benchmarks/sanitize_*.py ("" runs none).
+# Benchmarks and sanitizer drivers are given as paths (benchmarks/bench_x.py) and run as modules.
+# Environment: OUT (default /tmp/out), DAIN_SRC (default .peers/dain), DEADLINE_S (default 570:
+# every step's time limit is cut so that the call ends by then; keep it under the call's limit).
+# What comes back under $OUT (at most 8 files): the benchmarks' JSON (<name>.json), summary.txt
+# and logs.tar.gz (every log: setup, build, DAIN build, benchmarks, tests, sanitizers).
 set -uo pipefail
-OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-TESTS="${1-tests/test_ops}"; BENCHES="${2:-}"; SANITIZE="${3:-}"
+T0=$(date +%s)
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; LOGS="$OUT/logs"; mkdir -p "$LOGS"
+DEFAULT_BENCHES="benchmarks/bench_riroi_align_rotated.py benchmarks/bench_roi_pool.py benchmarks/bench_depth_flow_projection.py benchmarks/bench_rotated_extractor.py"
+TESTS="${1-tests}"; BENCHES="${2-$DEFAULT_BENCHES}"; SANITIZE="${3-$(ls benchmarks/sanitize_*.py)}"
+DAIN_SRC="${DAIN_SRC:-.peers/dain}"; DAIN_BUILD=/tmp/dain_build; DEADLINE_S="${DEADLINE_S:-570}"
 export PYTHONUNBUFFERED=1
-source .devwheels/install_wheels.sh .devwheels > "$OUT/setup.log" 2>&1 || { cat "$OUT/setup.log"; exit 1; }
-nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv >> "$OUT/setup.log"
-# The image's default CXX (/opt/gcc/bin/g++ wrapper) links no shared libstdc++: C++ errors then crash.
-[ -x /usr/bin/g++ ] && export CXX_OVERRIDE="${CXX_OVERRIDE:-/usr/bin/g++}"
+left() { echo $(( DEADLINE_S - ($(date +%s) - T0) )); }               # seconds to the deadline
+# a step's time limit: min(DEFAULT, seconds left - RESERVE), at least 1.  Usage: limit DEFAULT [RESERVE]
+limit() { local l=$(( $(left) - ${2:-0} )); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
+say() { echo "$*" | tee -a "$OUT/summary.txt"; }
+finish() {
+  tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOGS"
+  say "done in $(( $(date +%s) - T0 )) s; under \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+}
+trap finish EXIT
+module() { local m="${1%.py}"; echo "${m//\//.}"; }                   # benchmarks/x.py -> benchmarks.x
+
+source .devwheels/install_wheels.sh .devwheels > "$LOGS/setup.log" 2>&1 || { cat "$LOGS/setup.log"; exit 1; }
+nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv >> "$LOGS/setup.log"
+# The image's default CXX (/opt/gcc/bin/g++ wrapper) links no shared libstdc++: C++ errors then
+# crash. Our build and DAIN's (in the flow benchmark too) use /usr/bin/g++.
+BUILD_CXX="${CXX_OVERRIDE:-$( [ -x /usr/bin/g++ ] && echo /usr/bin/g++ || echo "${CXX:-c++}")}"
+export PYTHONPATH="$PWD:${PYTHONPATH:-}" TORCH_CUDA_ARCH_LIST=9.0
+# DAIN's kernels (two files) build beside ours; the flow benchmark then loads them without compiling.
+if [ -d "$DAIN_SRC" ]; then
+  ( CXX="$BUILD_CXX" timeout "$(limit 300)" python3 -m benchmarks._peer_build "$DAIN_SRC" --name dain_depthflowprojection_cuda \
+      --build-dir "$DAIN_BUILD" > "$LOGS/dain_build.log" 2>&1; echo "dain build rc=$?" > "$LOGS/dain_build.rc" ) &
+  DAIN_PID=$!
+else
+  say "no $DAIN_SRC: the flow benchmark times ours alone"
+fi
 start=$(date +%s)
-CXX="${CXX_OVERRIDE:-${CXX:-c++}}" FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1 \
-  || { tail -40 "$OUT/build.log"; exit 1; }
-echo "build: $(( $(date +%s) - start )) s"
-python3 -c "import redet_plugin, torch; from redet_plugin import _ext; print('with_cuda', _ext.with_cuda(), torch.cuda.get_device_name())"
-export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+CXX="$BUILD_CXX" FORCE_CUDA=1 MAX_JOBS=16 timeout "$(limit 400)" python3 setup.py build_ext --inplace > "$LOGS/build.log" 2>&1 \
+  || { say "build failed"; tail -40 "$LOGS/build.log"; exit 1; }
+say "build: $(( $(date +%s) - start )) s"
+python3 -c "import torch, redet_plugin.ops; from redet_plugin import _ext; print('with_cuda', _ext.with_cuda(), torch.cuda.get_device_name())" | tee -a "$OUT/summary.txt"
+if [ -n "${DAIN_PID:-}" ]; then
+  wait "$DAIN_PID"; say "$(cat "$LOGS/dain_build.rc") ($(tail -1 "$LOGS/dain_build.log" | cut -c1-300))"
+  rm -f "$DAIN_BUILD/lock"  # left by a build cut by its timeout, it would make the benchmark's load wait forever
+fi
+
 # Benchmarks first, on an otherwise idle GPU.
 for b in $BENCHES; do
-  name=$(basename "$b" .py); timeout "${BENCH_TIMEOUT:-200}" python3 "$b" --out "$OUT/${name#bench_}.json" > "$OUT/${name}.log" 2>&1; echo "bench $b rc=$?"
+  name=$(basename "$b" .py); extra=""
+  [ "$name" = bench_depth_flow_projection ] && [ -d "$DAIN_SRC" ] && extra="--dain-src $DAIN_SRC --dain-build-dir $DAIN_BUILD"
+  # a reserve of 200 s is kept for the tests and sanitizers
+  CXX="$BUILD_CXX" timeout "$(limit "${BENCH_TIMEOUT:-200}" 200)" python3 -m "$(module "$b")" \
+    --out "$OUT/${name#bench_}.json" $extra > "$LOGS/${name}.log" 2>&1
+  rc=$?; say "bench $b rc=$rc ($(( $(date +%s) - T0 )) s)"; [ $rc -ne 0 ] && tail -8 "$LOGS/${name}.log"
 done
 # compute-sanitizer runs (slow, one process each) go in the background while the tests run.
 sanitize() {
-  local log="$OUT/sanitize_$(basename $1 .py)_$2.log"
-  timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool $2 --error-exitcode 9 python3 "$1" > "$log" 2>&1
+  local log="$LOGS/$(basename "$1" .py)_$2.log"
+  timeout "$(limit "${SANITIZE_TIMEOUT:-300}" 15)" compute-sanitizer --tool "$2" --error-exitcode 9 python3 -m "$(module "$1")" > "$log" 2>&1
   echo "sanitize $1 $2 rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)" > "$log.summary"
 }
 for s in $SANITIZE; do for tool in memcheck racecheck; do sanitize "$s" $tool & done; done
-[ -n "$TESTS" ] && timeout 900 python3 -m pytest -q -n 8 -p no:cacheprovider $TESTS > "$OUT/tests.log" 2>&1; echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -30
-wait; cat "$OUT"/*.summary 2>/dev/null; rm -f "$OUT"/*.summary
+if [ -n "$TESTS" ]; then
+  timeout "$(limit 900 15)" python3 -m pytest -q -n 8 -p no:cacheprovider $TESTS > "$LOGS/tests.log" 2>&1
+  say "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOGS/tests.log" | tail -30 | tee -a "$OUT/summary.txt"
+fi
+wait; cat "$LOGS"/*.summary 2>/dev/null | tee -a "$OUT/summary.txt"; rm -f "$LOGS"/*.summary

@@ -3,18 +3,19 @@ bench_riroi_align_rotated.py: per-kernel device time (transpose, roi check, gath
 scatter and conversion) from torch.profiler, L2 flushed before every call, NCHW and channels-last
 input, float32 and float16 (vectorized_elementwise_kernel: the L2 flush, about 59 us, and in the
 backward also the scratch's zeroing). Diagnostic only: it says which kernel to work on.
-Usage: python benchmarks/profile_riroi_align_rotated.py --out FILE.json"""
+Usage (repo root): python -m benchmarks.profile_riroi_align_rotated --out FILE.json"""
 import argparse
 
 import torch
 
-from _timing import environment, kernel_times_us, write_json
-from bench_riroi_align_rotated import NO, OUT, SAMPLES, SCALE, make_rois
+from benchmarks._timing import environment, kernel_times_us, require_cuda, write_json
+from benchmarks.bench_riroi_align_rotated import NO, OUT, SAMPLES, SCALE, make_rois
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    require_cuda("profile_riroi_align_rotated")
     rows = []
     for dtype in (torch.float32, torch.float16):
         x = torch.randn(2, 32 * NO, 256, 256, device="cuda").to(dtype)
@@ -33,7 +34,7 @@ def main():
             print(row, flush=True)
             rows.append(row)
     write_json(args.out, dict(op="riroi_align_rotated (profile)", environment=environment(),
-                              command="python benchmarks/profile_riroi_align_rotated.py --out "
+                              command="python -m benchmarks.profile_riroi_align_rotated --out "
                               + args.out, results=rows))
 
 

@@ -2,15 +2,17 @@
 the fused forward and forward + backward (train and test cases of bench_rotated_extractor.py), plus the
 host wall time per call. Diagnostic only; prints to stdout.
 
-    python benchmarks/profile_rotated_extractor.py
+    python -m benchmarks.profile_rotated_extractor   (repo root)
 """
 import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench_rotated_extractor import CHANNELS, LAYER, STRIDES, make_inputs
+from benchmarks._timing import require_cuda
+from benchmarks.bench_rotated_extractor import CHANNELS, LAYER, STRIDES, make_inputs
 from redet_plugin.models.roi_extractors import RotatedSingleRoIExtractor
+from redet_plugin.ops import RiRoIAlignRotated
 
 
 def host_ms(fn, repeats=50):
@@ -24,6 +26,7 @@ def host_ms(fn, repeats=50):
 
 
 def main():
+    require_cuda("profile_rotated_extractor")
     for dtype in (torch.float32, torch.float16):
         for case, images, num_rois in (("train", 2, 1024), ("test", 1, 2000)):
             print(f"#### {case}: {images} image(s), {num_rois} RoIs, {dtype}")
@@ -33,7 +36,7 @@ def main():
 def profile_case(images, num_rois, dtype):
     feats, rois = make_inputs(images, num_rois, dtype)
     feats_grad = [f.detach().requires_grad_(True) for f in feats]
-    extractor = RotatedSingleRoIExtractor(dict(type="RiRoIAlignRotated", **LAYER), CHANNELS,
+    extractor = RotatedSingleRoIExtractor(dict(type=RiRoIAlignRotated, **LAYER), CHANNELS,
                                           STRIDES, fused=True).cuda()
     grad_out = torch.randn_like(extractor(feats, rois))
     cases = dict(forward=lambda: extractor(feats, rois),

@@ -6,15 +6,11 @@ the tests on a wide image (many row words), a tall one and a very tall narrow on
 many column words), and exact cases on the fill kernels' boundaries (see test_depth_flow_projection_fill_exact.py); with and without
 the depth check (its flag), one image large enough for the marking's one-warp-per-tile path, and
 one invalid depth.
-Usage: compute-sanitizer --tool memcheck python benchmarks/sanitize_depth_flow_projection.py"""
-import os
-import sys
-
+Usage (repo root): compute-sanitizer --tool memcheck python -m benchmarks.sanitize_depth_flow_projection"""
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import redet_plugin  # noqa: E402,F401
-from tests.test_ops._flow_hole_cases import KINDS, exact_hole_case, hole_case  # noqa: E402
+import redet_plugin.ops
+from benchmarks.flow_inputs import HOLE_KINDS, exact_hole_case, hole_case
 
 
 def cases():
@@ -27,7 +23,7 @@ def cases():
     flow[:, 0], flow[:, 1] = 4 - torch.arange(5.0), 3 - torch.arange(4.0)[:, None]  # onto the corner
     yield flow, torch.ones(1, 1, 4, 5)
     yield torch.randn(3, 2, 17, 23, generator=g) * 4, torch.rand(3, 1, 17, 23, generator=g) + 0.1
-    for kind in KINDS:
+    for kind in HOLE_KINDS:
         yield hole_case(kind, 2, 3, 300)   # wide: 10 row words, partial tiles
         yield hole_case(kind, 1, 70, 35)   # tall: 3 x 2 tiles, partial both ways
         yield hole_case(kind, 2, 4200, 2)  # very tall: searches over many column words

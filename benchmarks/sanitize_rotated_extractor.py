@@ -6,7 +6,7 @@ import torch
 import redet_plugin  # noqa: F401
 from redet_plugin.models.roi_extractors import RotatedSingleRoIExtractor
 
-LAYER = dict(type="RiRoIAlignRotated", output_size=3, num_samples=2, num_orientations=4,
+LAYER = dict(type="RedetRiRoIAlignRotated", output_size=3, num_samples=2, num_orientations=4,
              clockwise=True)
 STRIDES = [4, 8, 16, 32, 64]
 

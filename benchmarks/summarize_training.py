@@ -1,16 +1,15 @@
 """Summarise one training run from mmengine's vis_data/scalars.json: median iteration time,
 images/s, peak memory, first/last loss. Used by benchmarks/detector_gpu_run.sh.
 
-    python benchmarks/summarize_training.py WORK_DIR --batch-size 2 [--skip 20] --out run.json
+    python -m benchmarks.summarize_training WORK_DIR --batch-size 2 [--skip 20] --out run.json
+    (repo root; or with the repo root on PYTHONPATH)
 """
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools' / 'analysis'))
-from plot_curves import find_scalar_files, read_records  # noqa: E402
+from tools.analysis.plot_curves import find_scalar_files, read_records
 
 
 def summarize(work_dir: str, batch_size: int, skip: int) -> dict:

@@ -2,15 +2,16 @@
 (L2 flush, start event, call, end event, sync): chrome traces (chrome://tracing, Perfetto) of five
 checked and five unchecked calls, and the host time per call of a few calls back to back. It showed
 that the host, not the GPU, bounds the checked call at this size (README, "Speed").
-Usage: python benchmarks/trace_depth_flow_projection.py --out PREFIX.json  (writes PREFIX_checked.json
+Usage (repo root): python -m benchmarks.trace_depth_flow_projection --out PREFIX.json  (writes PREFIX_checked.json
 and PREFIX_unchecked.json)"""
 import argparse
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from _timing import back_to_back_us, time_one_call
-from bench_depth_flow_projection import T, make_inputs
+from benchmarks._timing import back_to_back_us, require_cuda, time_one_call
+from benchmarks.bench_depth_flow_projection import T
+from benchmarks.flow_inputs import benchmark_case
 
 
 def main():
@@ -18,7 +19,8 @@ def main():
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     prefix = args.out[:-len(".json")] if args.out.endswith(".json") else args.out
-    flow, depth = make_inputs(4, 256, 448)
+    require_cuda("trace_depth_flow_projection")
+    flow, depth = benchmark_case("smooth", 4, 256, 448, T)
     op = torch.ops.redet.depth_flow_projection
     x = torch.zeros(16, device="cuda")
     for check in (True, False):

@@ -1,14 +1,14 @@
 """redet_plugin: rotated object detection for the OpenMMLab stack.
 
-Importing the package (as `custom_imports=dict(imports=['redet_plugin'])` does) registers every
-op, model, dataset, transform and metric in mmdet's registries, and lets mmengine checkpoints
-load under torch >= 2.6.
+Two layers. `redet_plugin.ops` (the compiled kernels and their Python faces) needs only torch.
+`redet_plugin.mm` registers the models, datasets, transforms and metric in mmdet's registries.
+Importing this package alone loads neither, unless mmengine is already loaded: then the caller is
+an OpenMMLab program (e.g. a config's `custom_imports=dict(imports=['redet_plugin'])`), and the mm
+layer is loaded too.
 """
+import sys
+
 __version__ = "0.1.0"
 
-from .utils.checkpoint_compat import register_checkpoint_safe_globals
-
-register_checkpoint_safe_globals()
-
-from . import ops  # noqa: E402,F401
-from . import structures, datasets, evaluation, models, visualization  # noqa: E402,F401
+if "mmengine" in sys.modules:
+    from . import mm  # noqa: F401

@@ -12,7 +12,7 @@ import os.path as osp
 import cv2
 from mmengine.config import DictAction
 
-import redet_plugin  # noqa: F401  (registers datasets, transforms, visualizer)
+import redet_plugin.mm  # noqa: F401  (registers datasets, transforms, visualizer)
 from redet_plugin.datasets import DOTA_V1_CLASSES, SYNTHETIC_CLASSES, DOTADataset
 from redet_plugin.visualization import draw_rotated_boxes
 
@@ -41,9 +41,9 @@ def browse_config(args):
         cfg.merge_from_dict(args.cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmdet'))
     dataset = DATASETS.build(cfg.train_dataloader.dataset)
-    vis_cfg = cfg.get('visualizer', dict(type='RotatedDetLocalVisualizer'))
+    vis_cfg = cfg.get('visualizer', dict(type='RedetRotatedDetLocalVisualizer'))
     if vis_cfg.get('type') in ('DetLocalVisualizer', 'mmdet.DetLocalVisualizer'):
-        vis_cfg['type'] = 'RotatedDetLocalVisualizer'
+        vis_cfg['type'] = 'RedetRotatedDetLocalVisualizer'
     vis_cfg = dict(vis_cfg, name='browse_dataset', save_dir=None, vis_backends=None)
     visualizer = VISUALIZERS.build(vis_cfg)
     visualizer.dataset_meta = dataset.metainfo

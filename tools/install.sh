@@ -45,6 +45,11 @@ if ! have mmengine==0.10.7 mmdet==3.3.0 e2cnn==0.2.3 pytest==8.4.2 hypothesis==6
   "${PIP[@]}" -c "$CONSTRAINTS" mmengine==0.10.7 mmdet==3.3.0 e2cnn==0.2.3 \
     pytest==8.4.2 hypothesis==6.155.2 shapely opencv-python-headless matplotlib scipy tqdm
 fi
+# mmrotate (pure Python) for the interop tests; --no-deps: its requirements would pull torchvision
+if ! have mmrotate-dev==1.0.1; then
+  echo "[install] mmrotate-dev 1.0.1 (no dependencies)"
+  "${PIP[@]}" -c "$CONSTRAINTS" --no-deps mmrotate-dev==1.0.1
+fi
 # Rebuild only when the plugin is not installed here or a source is newer than the built library.
 SO=$(ls "$ROOT"/redet_plugin/_C*.so 2>/dev/null | head -1 || true)
 INSTALLED=$(cd /tmp && "$PY" -c "import redet_plugin, os; print(os.path.dirname(os.path.dirname(redet_plugin.__file__)))" 2>/dev/null || true)

@@ -15,7 +15,7 @@ env_cfg = dict(
 
 vis_backends = [dict(type='LocalVisBackend')]
 # draws rotated boxes (tools/test.py --show-dir)
-visualizer = dict(type='RotatedDetLocalVisualizer', vis_backends=vis_backends, name='visualizer')
+visualizer = dict(type='RedetRotatedDetLocalVisualizer', vis_backends=vis_backends, name='visualizer')
 log_processor = dict(type='LogProcessor', window_size=50, by_epoch=True)
 
 log_level = 'INFO'

@@ -9,7 +9,7 @@
 #       configs/faster_rcnn_roipool/faster-rcnn_r18_fpn_roipool_tiny-coco.py
 _base_ = 'mmdet::faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py'
 
-custom_imports = dict(imports=['redet_plugin'], allow_failed_imports=False)
+custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
 
 data_root = 'data/tiny_coco/'
 classes = ('box', 'disc')
@@ -22,8 +22,8 @@ model = dict(
     rpn_head=dict(in_channels=channels, feat_channels=channels),
     roi_head=dict(
         bbox_roi_extractor=dict(
-            type='HorizontalSingleRoIExtractor',
-            roi_layer=dict(_delete_=True, type='RoIPool', output_size=7),
+            type='RedetHorizontalSingleRoIExtractor',
+            roi_layer=dict(_delete_=True, type='RedetRoIPool', output_size=7),
             out_channels=channels),
         bbox_head=dict(in_channels=channels, fc_out_channels=128, num_classes=len(classes))),
     train_cfg=dict(

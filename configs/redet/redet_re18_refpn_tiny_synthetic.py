@@ -1,7 +1,7 @@
 # A narrow ReResNet-18 + ReFPN ReDet for the synthetic set (generated under data_root on first
 # use), sized to train on a 2-core CPU in about 15 minutes (tools/demo_main.py).
 # Same architecture as the R50 model, smaller numbers.
-custom_imports = dict(imports=['redet_plugin'], allow_failed_imports=False)
+custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
 _base_ = [
     '../_base_/models/redet_re50_refpn.py',
     '../_base_/datasets/synthetic_dota.py',
@@ -22,32 +22,32 @@ model = dict(
     roi_head=dict(
         bbox_roi_extractor=[
             dict(
-                type='HorizontalSingleRoIExtractor',
-                roi_layer=dict(type='RoIPool', output_size=7),
+                type='RedetHorizontalSingleRoIExtractor',
+                roi_layer=dict(type='RedetRoIPool', output_size=7),
                 out_channels=neck_channels,
                 featmap_strides=[4, 8, 16, 32]),
             dict(
-                type='RotatedSingleRoIExtractor',
-                roi_layer=dict(type='RiRoIAlignRotated', output_size=7, num_samples=2,
+                type='RedetRotatedSingleRoIExtractor',
+                roi_layer=dict(type='RedetRiRoIAlignRotated', output_size=7, num_samples=2,
                                num_orientations=8, clockwise=True),
                 out_channels=neck_channels,
                 featmap_strides=[4, 8, 16, 32]),
         ],
         bbox_head=[
             dict(
-                type='RotatedShared2FCBBoxHead',
+                type='RedetRotatedShared2FCBBoxHead',
                 in_channels=neck_channels,
                 fc_out_channels=256,
                 num_classes=num_classes,
-                bbox_coder=dict(type='DeltaXYWHTHBBoxCoder', norm_factor=2, edge_swap=True,
+                bbox_coder=dict(type='RedetDeltaXYWHTHBBoxCoder', norm_factor=2, edge_swap=True,
                                 target_stds=[0.1, 0.1, 0.2, 0.2, 0.1]),
                 reg_class_agnostic=True),
             dict(
-                type='RotatedShared2FCBBoxHead',
+                type='RedetRotatedShared2FCBBoxHead',
                 in_channels=neck_channels,
                 fc_out_channels=256,
                 num_classes=num_classes,
-                bbox_coder=dict(type='DeltaXYWHTRBBoxCoder', norm_factor=None, edge_swap=True,
+                bbox_coder=dict(type='RedetDeltaXYWHTRBBoxCoder', norm_factor=None, edge_swap=True,
                                 proj_xy=True, target_stds=[0.05, 0.05, 0.1, 0.1, 0.05]),
                 reg_class_agnostic=False),
         ]),
@@ -64,7 +64,7 @@ model = dict(
             dict(
                 assigner=dict(type='MaxIoUAssigner', pos_iou_thr=0.5, neg_iou_thr=0.5,
                               min_pos_iou=0.5, match_low_quality=False, ignore_iof_thr=-1,
-                              iou_calculator=dict(type='RBboxOverlaps2D')),
+                              iou_calculator=dict(type='RedetRBboxOverlaps2D')),
                 sampler=dict(type='RandomSampler', num=128, pos_fraction=0.25, neg_pos_ub=-1,
                              add_gt_as_proposals=True),
                 pos_weight=-1,

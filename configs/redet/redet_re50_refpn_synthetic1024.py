@@ -4,7 +4,7 @@
 # out of the mAP). Make the data first:
 #   python tools/data/make_synthetic_dota.py data/synthetic_dota_1024 --image-size 1024
 _base_ = ['./redet_re50_refpn_1x_dota.py']
-custom_imports = dict(imports=['redet_plugin'], allow_failed_imports=False)
+custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
 
 data_root = 'data/synthetic_dota_1024/'
 # no ImageNet ReResNet weights here: train every stage (the published run freezes the pretrained stem)
@@ -17,5 +17,5 @@ val_dataloader = dict(dataset=dict(data_root=data_root))
 test_dataloader = dict(dataset=dict(data_root=data_root, ann_file='val/labelTxt/',
                                     data_prefix=dict(img_path='val/images/'),
                                     pipeline={{_base_.val_pipeline}}))
-test_evaluator = dict(_delete_=True, type='DOTAMetric', iou_thrs=0.5, ap_method='11points')
+test_evaluator = dict(_delete_=True, type='RedetDOTAMetric', iou_thrs=0.5, ap_method='11points')
 default_hooks = dict(logger=dict(interval=20))

@@ -1,7 +1,7 @@
 """DOTA-format dataset: one image + one txt of `x1 y1 x2 y2 x3 y3 x4 y4 class difficulty` lines.
 
 Each instance's 'bbox' is the le90 rotated box (cx, cy, w, h, theta) of the annotated
-quadrilateral (minimum-area rectangle), so mmdet's `LoadAnnotations(box_type='rbox')` loads it as
+quadrilateral (minimum-area rectangle), so mmdet's `LoadAnnotations(box_type='redet_rbox')` loads it as
 RotatedBoxes. The quadrilateral itself stays in 'polygon'.
 """
 import glob
@@ -12,6 +12,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 import numpy as np
 from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
+
+from redet_plugin.utils.registration import register
 from PIL import Image
 
 from ..structures import qbox2rbox
@@ -57,7 +59,7 @@ def parse_dota_line(line: str) -> Optional[Tuple[List[float], str, int]]:
     return coords, fields[8], difficulty
 
 
-@DATASETS.register_module()
+@register(DATASETS)
 class DOTADataset(BaseDetDataset):
     """DOTA-format rotated-box dataset (DOTA-v1.0's 15 classes unless `metainfo.classes` says otherwise).
 

@@ -5,11 +5,13 @@ from typing import Optional
 from mmdet.registry import DATASETS
 from mmengine.dist import barrier, get_dist_info
 
+from redet_plugin.utils.registration import register
+
 from .dota import DOTADataset
 from .synthetic import SYNTHETIC_CLASSES, ensure_synthetic_dota
 
 
-@DATASETS.register_module()
+@register(DATASETS)
 class SyntheticDOTADataset(DOTADataset):
     """A DOTADataset whose `data_root` is filled by `ensure_synthetic_dota(data_root, **synthetic)`
     before loading (only rank 0 generates; the other ranks wait).

@@ -16,7 +16,9 @@ from mmcv.transforms import BaseTransform
 from mmdet.registry import TRANSFORMS
 from mmdet.structures.bbox import BaseBoxes
 
-from ..structures import RotatedBoxes
+from redet_plugin.utils.registration import register
+
+from ..structures import regularize_rboxes
 
 INSTANCE_KEYS = ('gt_bboxes', 'gt_bboxes_labels', 'gt_ignore_flags')
 
@@ -40,13 +42,14 @@ def _rotated_boxes(results: dict, name: str):
     if unsupported:  # they would silently stop matching the image
         raise ValueError(f'{name}: rotates the image and gt_bboxes only, but the results also hold {unsupported}')
     boxes = results.get('gt_bboxes')
-    if boxes is not None and not isinstance(boxes, RotatedBoxes):
-        raise TypeError(f"{name}: results['gt_bboxes'] must be RotatedBoxes (load annotations with "
-                        f"box_type='rbox'), got {type(boxes).__name__}")
+    # ours ('redet_rbox') or mmrotate's ('rbox'): both (cx, cy, w, h, theta), theta in radians
+    if boxes is not None and not (isinstance(boxes, BaseBoxes) and boxes.box_dim == 5):
+        raise TypeError(f"{name}: results['gt_bboxes'] must be rotated boxes (load annotations with "
+                        f"box_type='redet_rbox'), got {type(boxes).__name__}")
     return boxes
 
 
-@TRANSFORMS.register_module()
+@register(TRANSFORMS)
 class RandomRotate90(BaseTransform):
     """With probability `prob`, turns the image by k quarter turns clockwise, k drawn from `turns`.
 
@@ -72,8 +75,7 @@ class RandomRotate90(BaseTransform):
                 t = boxes.tensor.clone()
                 t[..., 0], t[..., 1] = height - boxes.tensor[..., 1], boxes.tensor[..., 0]
                 t[..., 4] += math.pi / 2
-                boxes = RotatedBoxes(t, clone=False)
-                boxes.regularize_()
+                boxes = type(boxes)(regularize_rboxes(t), clone=False)
         if boxes is not None:
             results['gt_bboxes'] = boxes
         results['img_shape'] = results['img'].shape[:2]
@@ -84,7 +86,7 @@ class RandomRotate90(BaseTransform):
         return f'{type(self).__name__}(prob={self.prob}, turns={self.turns})'
 
 
-@TRANSFORMS.register_module()
+@register(TRANSFORMS)
 class RandomRotate(BaseTransform):
     """With probability `prob`, rotates the image about its centre by an angle drawn uniformly
     from [-max_angle, max_angle] degrees (positive = clockwise), keeping its size.

@@ -11,6 +11,8 @@ from mmengine.logging import MMLogger
 from mmdet.registry import METRICS
 from terminaltables import AsciiTable
 
+from redet_plugin.utils.registration import register
+
 from ..structures import rbox2qbox
 from .patch_merge import merge_patch_detections
 from .rotated_ap import eval_rotated_map
@@ -34,7 +36,7 @@ def _labels(values) -> np.ndarray:
     return np.asarray(values, dtype=np.int64).reshape(-1)
 
 
-@METRICS.register_module()
+@register(METRICS)
 class DOTAMetric(BaseMetric):
     """VOC-style mAP for rotated boxes, difficult (ignored) objects ignored.
 

@@ -13,6 +13,7 @@ The equivariant modules keep e2cnn's GeometricTensor inside a network and plain 
 borders, so mmdet components see ordinary tensors. `convert_to_plain` swaps every e2cnn module for
 the plain PyTorch module with the same numbers (e2cnn's `export`), for fast inference.
 """
+import copy
 import functools
 import math
 
@@ -22,6 +23,7 @@ from torch import nn
 from e2cnn import gspaces
 from e2cnn import nn as enn
 from e2cnn.nn.init import _generalized_he_init_variances, generalized_he_init
+from e2cnn.nn.modules.r2_conv import SingleBlockBasisExpansion
 
 NUM_ORIENTATIONS = 8
 
@@ -57,18 +59,24 @@ def r2conv(in_type: enn.FieldType, out_type: enn.FieldType, kernel_size: int, st
 
 
 class CachedFilterR2Conv(enn.R2Conv):
-    """e2cnn's R2Conv whose eval-mode filter cache never enters state_dict.
+    """e2cnn's R2Conv that owns its basis and whose eval-mode filter cache never enters state_dict.
+
+    e2cnn hands every conv with the same basis one shared basis module (its `_stored_filters`
+    cache), so `.double()`, `.cuda()` or `load_state_dict` on one model would change the basis of
+    every other model in the process. Each conv here gets its own copy of the sampled numbers.
 
     e2cnn keeps the expanded filter (and bias) as buffers: a zero one from construction, a real one
     after eval(). As persistent buffers they would make checkpoints depend on the mode they were
     saved in (and a strict load into an eval-mode model fail), and hold a dense copy of every
-    filter in train mode.
+    filter in train mode. The eval-mode filter is computed without autograd: a buffer holding a
+    graph keeps that graph alive and cannot be deep-copied.
     """
 
     _CACHE = ("filter", "expanded_bias")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        _own_basis(self.basisexpansion, like=self.weights)
         self._drop_cache()
         # an eval-mode conv must not keep running with the filter of the weights before loading
         self.register_load_state_dict_post_hook(_refresh_after_load)
@@ -83,7 +91,8 @@ class CachedFilterR2Conv(enn.R2Conv):
     def train(self, mode: bool = True):
         if mode:
             self._drop_cache()
-        super().train(mode)
+        with torch.no_grad():
+            super().train(mode)
         self._non_persistent_buffers_set.update(self._CACHE)
         return self
 
@@ -94,6 +103,20 @@ class CachedFilterR2Conv(enn.R2Conv):
             self._drop_cache()
             self.training = True
             self.train(False)
+
+
+_MODULE_STATE = frozenset(vars(nn.Module()))  # what torch keeps in every module: registries, hooks
+
+
+def _own_basis(expansion: nn.Module, like: torch.Tensor) -> None:
+    """Replace each shared block basis inside `expansion` by a copy with its own tensors and module
+    registries, as `like`'s dtype and device. e2cnn's description of the basis (read-only Python
+    objects) stays shared; the submodule names, and so the state_dict keys, stay."""
+    for name, block in list(expansion.named_children()):
+        if isinstance(block, SingleBlockBasisExpansion):
+            memo = {id(v): v for k, v in vars(block).items() if k not in _MODULE_STATE}
+            memo.update({id(t): t.clone() for t in block.buffers()})
+            expansion.add_module(name, copy.deepcopy(block, memo).to(like))
 
 
 def _bare_r2conv(in_type, out_type, kernel_size, stride=1, padding=0, bias=False) -> enn.R2Conv:

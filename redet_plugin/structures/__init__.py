@@ -1,4 +1,4 @@
-"""Rotated boxes: the 'rbox' box type for mmdet and plain conversion helpers (le90 convention)."""
+"""Rotated boxes: the 'redet_rbox' box type for mmdet and plain conversion helpers (le90 convention)."""
 from .rbox_ops import (hbox2rbox, norm_angle, qbox2rbox, rbox2hbox, rbox2qbox,
                        regularize_rboxes)
 from .rotated_boxes import RotatedBoxes

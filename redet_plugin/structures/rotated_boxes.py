@@ -1,7 +1,7 @@
-"""RotatedBoxes: mmdet's BaseBoxes for (cx, cy, w, h, theta) boxes, registered as box type 'rbox'.
+"""RotatedBoxes: mmdet's BaseBoxes for (cx, cy, w, h, theta) boxes, registered as box type 'redet_rbox'.
 
 Registering the type lets mmdet's own transforms (Resize, RandomFlip, Pad, ...), InstanceData and
-`get_box_type('rbox')` (e.g. `LoadAnnotations(box_type='rbox')`) work on rotated boxes.
+`get_box_type('redet_rbox')` (e.g. `LoadAnnotations(box_type='redet_rbox')`) work on rotated boxes.
 The angle convention (le90, clockwise on screen) is documented in rbox_ops.py.
 """
 import math
@@ -19,7 +19,7 @@ from torch import BoolTensor, Tensor
 from .rbox_ops import hbox2rbox, qbox2rbox, rbox2hbox, rbox2qbox, regularize_rboxes
 
 
-@register_box(name='rbox')
+@register_box(name='redet_rbox')
 class RotatedBoxes(BaseBoxes):
     """Rotated boxes of shape (..., 5): (cx, cy, w, h, theta in radians), le90 convention.
 
@@ -170,8 +170,8 @@ class RotatedBoxes(BaseBoxes):
         from mmcv.ops import box_iou_rotated
         if mode not in ('iou', 'iof'):
             raise ValueError(f"RotatedBoxes.overlaps: mode must be 'iou' or 'iof', got {mode!r}")
-        t1 = boxes1.convert_to('rbox').tensor
-        t2 = boxes2.convert_to('rbox').tensor
+        t1 = boxes1.convert_to('redet_rbox').tensor
+        t2 = boxes2.convert_to('redet_rbox').tensor
         if t1.numel() == 0 or t2.numel() == 0:
             shape = (t1.shape[0],) if is_aligned else (t1.shape[0], t2.shape[0])
             return t1.new_zeros(shape)
@@ -203,12 +203,12 @@ def _min_area_rbox(points: np.ndarray) -> list:
     return qbox2rbox(corners.reshape(1, 8)).reshape(5).tolist()
 
 
-@register_box_converter('rbox', 'hbox')
+@register_box_converter('redet_rbox', 'hbox')
 def _rbox_to_hbox(boxes: Tensor) -> Tensor:
     return rbox2hbox(boxes)
 
 
-@register_box_converter('hbox', 'rbox')
+@register_box_converter('hbox', 'redet_rbox')
 def _hbox_to_rbox(boxes: Tensor) -> Tensor:
     return hbox2rbox(boxes)
 

@@ -1,6 +1,6 @@
 """RotatedDetLocalVisualizer: mmdet's DetLocalVisualizer that draws rotated boxes as polygons.
 
-Use it in a config as `visualizer=dict(type='RotatedDetLocalVisualizer', ...)`; tools/test.py
+Use it in a config as `visualizer=dict(type='RedetRotatedDetLocalVisualizer', ...)`; tools/test.py
 `--show-dir` and tools/browse_dataset.py then draw RotatedBoxes. Horizontal boxes and masks
 are drawn by the parent class.
 """
@@ -12,6 +12,8 @@ from mmdet.registry import VISUALIZERS
 from mmdet.visualization import DetLocalVisualizer
 from mmdet.visualization.palette import _get_adaptive_scales, get_palette
 from mmengine.structures import InstanceData
+
+from redet_plugin.utils.registration import register
 
 from ..structures import RotatedBoxes, rbox2qbox
 
@@ -25,7 +27,7 @@ def _rotated_tensor(bboxes) -> Optional[torch.Tensor]:
     return None
 
 
-@VISUALIZERS.register_module()
+@register(VISUALIZERS)
 class RotatedDetLocalVisualizer(DetLocalVisualizer):
     """Draws rotated boxes (RotatedBoxes or (N, 5) tensors) as polygons labelled `class: score`."""
 

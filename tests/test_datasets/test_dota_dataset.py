@@ -7,7 +7,7 @@ import pytest
 import torch
 from mmengine.registry import init_default_scope
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.datasets import (DOTA_V1_CLASSES, DOTAAnnotationError, DOTAAnnotationWarning, DOTADataset,
                                    parse_dota_line)
 from redet_plugin.structures import RotatedBoxes
@@ -135,7 +135,7 @@ def test_no_annotations_lists_images(tmp_path):
 
 def test_mmdet_pipeline_packs_rotated_boxes(tmp_path):
     init_default_scope('mmdet')
-    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations', with_bbox=True, box_type='rbox'),
+    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations', with_bbox=True, box_type='redet_rbox'),
                 dict(type='Resize', scale=(160, 128), keep_ratio=True, clip_object_border=False),
                 dict(type='RandomFlip', prob=1.0, direction='horizontal'),
                 dict(type='Pad', size_divisor=32), dict(type='PackDetInputs')]

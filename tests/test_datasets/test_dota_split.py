@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.datasets import cut_objects, patch_origins, split_dota
 from redet_plugin.datasets.dota_split import read_dota_objects
 from redet_plugin.evaluation import merge_patch_detections, parse_patch_id, patch_id

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.datasets import (SYNTHETIC_CLASSES, DOTADataset, SyntheticDOTADataset, ensure_synthetic_dota,
                                    generate_synthetic_dota)
 from redet_plugin.datasets.synthetic import generate_image

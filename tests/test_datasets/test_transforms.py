@@ -8,7 +8,7 @@ import pytest
 import torch
 from mmdet.datasets.transforms import RandomFlip, Resize
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.datasets import RandomRotate, RandomRotate90
 from redet_plugin.structures import RotatedBoxes, qbox2rbox, rbox2qbox
 
@@ -110,7 +110,7 @@ def test_probability_zero_does_nothing_and_bad_arguments():
     with pytest.raises(ValueError, match='interpolation'):
         RandomRotate(interpolation='lanczos9')
     hboxes = dict(img=np.zeros((8, 8, 3), np.uint8), gt_bboxes=torch.zeros(1, 4))
-    with pytest.raises(TypeError, match="box_type='rbox'"):
+    with pytest.raises(TypeError, match="box_type='redet_rbox'"):
         RandomRotate90(prob=1.0).transform(hboxes)
 
 

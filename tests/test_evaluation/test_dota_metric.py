@@ -8,7 +8,7 @@ from mmdet.structures import DetDataSample
 from mmengine.evaluator import Evaluator
 from mmengine.structures import InstanceData
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.evaluation import DOTAMetric
 from redet_plugin.structures import RotatedBoxes
 

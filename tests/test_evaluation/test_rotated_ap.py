@@ -6,7 +6,7 @@ import pytest
 from mmdet.evaluation.functional import eval_map
 from shapely.geometry import Polygon
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.evaluation import average_precision, eval_rotated_map, match_detections, rotated_iou
 from redet_plugin.structures import rbox2qbox
 import torch

@@ -8,7 +8,7 @@ from mmdet.registry import (DATASETS, HOOKS, METRICS, MODELS, OPTIM_WRAPPERS, OP
                             DATA_SAMPLERS, VISBACKENDS, LOG_PROCESSORS)
 from mmengine.config import Config
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs/redet/*.py')))
@@ -33,7 +33,7 @@ def types_in(node):
 @pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
 def test_config_parses_and_names_registered_types(path):
     with open(path) as f:
-        assert "custom_imports = dict(imports=['redet_plugin'], allow_failed_imports=False)" \
+        assert "custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)" \
             in f.read()
     cfg = Config.fromfile(path)
     unknown = {t for t in types_in(cfg.to_dict()) if t not in MMCV_OPS and
@@ -49,6 +49,6 @@ def test_published_setup():
     assert cfg.param_scheduler[0].end == 500 and cfg.param_scheduler[1].milestones == [8, 11]
     stage2 = cfg.model.roi_head.bbox_roi_extractor[1].roi_layer
     assert (stage2.type, stage2.output_size, stage2.num_samples, stage2.num_orientations,
-            stage2.clockwise) == ('RiRoIAlignRotated', 7, 2, 8, True)
+            stage2.clockwise) == ('RedetRiRoIAlignRotated', 7, 2, 8, True)
     assert cfg.model.test_cfg.rcnn.nms == dict(type='nms_rotated', iou_threshold=0.1)
-    assert cfg.model.train_cfg.rcnn[1].assigner.iou_calculator.type == 'RBboxOverlaps2D'
+    assert cfg.model.train_cfg.rcnn[1].assigner.iou_calculator.type == 'RedetRBboxOverlaps2D'

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from mmdet.registry import TASK_UTILS
 from shapely.geometry import Polygon
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.models.task_modules.rbox_geometry import rescale_rboxes
 from redet_plugin.structures import rbox2hbox, regularize_rboxes
 
@@ -38,7 +38,7 @@ def polygon(box):
 @pytest.mark.parametrize('proj_xy', [True, False])
 @pytest.mark.parametrize('norm_factor', [None, 2])
 def test_rbox_coder_round_trip(proj_xy, norm_factor):
-    coder = TASK_UTILS.build(dict(type='DeltaXYWHTRBBoxCoder', proj_xy=proj_xy,
+    coder = TASK_UTILS.build(dict(type='RedetDeltaXYWHTRBBoxCoder', proj_xy=proj_xy,
                                   norm_factor=norm_factor))
     priors, targets = random_rboxes(64, 0, le90=False), random_rboxes(64, 1, le90=False)
     deltas = coder.encode(priors, targets)
@@ -47,7 +47,7 @@ def test_rbox_coder_round_trip(proj_xy, norm_factor):
 
 
 def test_hbox_coder_round_trip_and_edge_swap():
-    coder = TASK_UTILS.build(dict(type='DeltaXYWHTHBBoxCoder'))
+    coder = TASK_UTILS.build(dict(type='RedetDeltaXYWHTHBBoxCoder'))
     targets = random_rboxes(64, 2)
     priors = rbox2hbox(targets) + torch.randn(64, 4, dtype=torch.double)
     deltas = coder.encode(priors, targets)
@@ -58,7 +58,7 @@ def test_hbox_coder_round_trip_and_edge_swap():
 
 
 def test_decode_returns_le90_and_one_box_per_class():
-    coder = TASK_UTILS.build(dict(type='DeltaXYWHTRBBoxCoder'))
+    coder = TASK_UTILS.build(dict(type='RedetDeltaXYWHTRBBoxCoder'))
     priors = random_rboxes(10, 3)
     boxes = coder.decode(priors, torch.randn(10, 5 * 4, dtype=torch.double)).view(10, 4, 5)
     assert (boxes[..., 2] >= boxes[..., 3]).all()
@@ -66,19 +66,19 @@ def test_decode_returns_le90_and_one_box_per_class():
 
 
 def test_coder_bad_inputs():
-    coder = TASK_UTILS.build(dict(type='DeltaXYWHTHBBoxCoder'))
+    coder = TASK_UTILS.build(dict(type='RedetDeltaXYWHTHBBoxCoder'))
     with pytest.raises(ValueError, match=r'expected priors \(N, 4\) and targets \(N, 5\)'):
         coder.encode(torch.rand(3, 5), torch.rand(3, 5))
     with pytest.raises(ValueError, match="angle_version: only 'le90'"):
-        TASK_UTILS.build(dict(type='DeltaXYWHTRBBoxCoder', angle_version='oc'))
+        TASK_UTILS.build(dict(type='RedetDeltaXYWHTRBBoxCoder', angle_version='oc'))
     with pytest.raises(ValueError, match='target_means/target_stds: expected 5 values'):
-        TASK_UTILS.build(dict(type='DeltaXYWHTRBBoxCoder', target_stds=(1, 1, 1, 1)))
+        TASK_UTILS.build(dict(type='RedetDeltaXYWHTRBBoxCoder', target_stds=(1, 1, 1, 1)))
 
 
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 10_000))
 def test_rotated_iou_matches_shapely(seed):
-    iou = TASK_UTILS.build(dict(type='RBboxOverlaps2D'))
+    iou = TASK_UTILS.build(dict(type='RedetRBboxOverlaps2D'))
     a, b = random_rboxes(4, seed).float(), random_rboxes(5, seed + 1).float()
     b[0] = a[0]  # one exact match
     got = iou(a, b)
@@ -89,7 +89,7 @@ def test_rotated_iou_matches_shapely(seed):
 
 
 def test_rotated_iou_empty_and_bad_inputs():
-    iou = TASK_UTILS.build(dict(type='RBboxOverlaps2D'))
+    iou = TASK_UTILS.build(dict(type='RedetRBboxOverlaps2D'))
     assert iou(torch.zeros(0, 5), torch.rand(3, 5)).shape == (0, 3)
     assert iou(torch.rand(2, 6), torch.zeros(0, 5)).shape == (2, 0)
     with pytest.raises(ValueError, match=r'bboxes2: expected \(N, 5\) or \(N, 6\)'):

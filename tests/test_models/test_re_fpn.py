@@ -4,7 +4,7 @@ import torch
 from e2cnn import nn as enn
 from mmdet.registry import MODELS
 
-import redet_plugin  # noqa: F401  (registers ReFPN)
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.models import convert_to_plain
 from redet_plugin.models.necks import ReFPN
 
@@ -28,7 +28,7 @@ def test_five_levels_with_max_pool_level():
 
 
 def test_full_width_config_builds_from_registry():
-    neck = MODELS.build(dict(type="ReFPN", in_channels=[256, 512, 1024, 2048], out_channels=256,
+    neck = MODELS.build(dict(type="RedetReFPN", in_channels=[256, 512, 1024, 2048], out_channels=256,
                              num_outs=5)).eval()
     with torch.no_grad():
         outs = neck(pyramid([256, 512, 1024, 2048], 64, batch=1))

@@ -7,7 +7,7 @@ from mmdet.registry import MODELS
 from mmengine.runner.checkpoint import load_state_dict as mmengine_load_state_dict
 from torch.nn.modules.batchnorm import _BatchNorm
 
-import redet_plugin  # noqa: F401  (registers ReResNet)
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.models.backbones import ReResNet
 from redet_plugin.models.equivariant import (convert_to_plain, he_init_, r2conv, regular_type,
                                              trivial_type)
@@ -52,7 +52,7 @@ def test_tiny_shapes_and_channels(tiny):
 
 
 def test_resnet50_full_width_shapes():
-    model = MODELS.build(dict(type="ReResNet", depth=50, out_indices=(0, 1, 2, 3)))
+    model = MODELS.build(dict(type="RedetReResNet", depth=50, out_indices=(0, 1, 2, 3)))
     assert model.out_channels == [256, 512, 1024, 2048]
     with torch.no_grad():
         outs = model.eval()(torch.randn(1, 3, 32, 32))

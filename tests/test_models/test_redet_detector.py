@@ -9,7 +9,7 @@ from mmdet.structures import DetDataSample
 from mmengine.config import Config
 from mmengine.structures import InstanceData
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from mmdet.utils import register_all_modules
 
 

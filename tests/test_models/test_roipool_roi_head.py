@@ -9,7 +9,7 @@ from mmdet.testing import demo_mm_inputs
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.ops import RoIPool
 
 CONFIG = (Path(__file__).resolve().parents[2]
@@ -19,7 +19,7 @@ CONFIG = (Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def detector():
     cfg = Config.fromfile(str(CONFIG))
-    cfg.model.roi_head = dict(type="RoIPoolRoIHead", num_classes=2, in_channels=64,
+    cfg.model.roi_head = dict(type="RedetRoIPoolRoIHead", num_classes=2, in_channels=64,
                               fc_out_channels=32)
     init_default_scope("mmdet")
     torch.manual_seed(0)
@@ -57,9 +57,9 @@ def test_pooled_size_and_bbox_head_input_must_agree():
     init_default_scope("mmdet")
     with pytest.raises(ValueError, match=r"pools to \(5, 5\) but bbox_head expects roi_feat_size "
                                          r"\(7, 7\)"):
-        MODELS.build(dict(type="RoIPoolRoIHead", num_classes=2,
+        MODELS.build(dict(type="RedetRoIPoolRoIHead", num_classes=2,
                           bbox_roi_extractor=dict(roi_layer=dict(output_size=5))))
-    head = MODELS.build(dict(type="RoIPoolRoIHead", num_classes=2, roi_size=5))
+    head = MODELS.build(dict(type="RedetRoIPoolRoIHead", num_classes=2, roi_size=5))
     assert head.bbox_roi_extractor.roi_layers[0].output_size == (5, 5)
     assert tuple(head.bbox_head.roi_feat_size) == (5, 5)
 
@@ -67,7 +67,7 @@ def test_pooled_size_and_bbox_head_input_must_agree():
 def test_an_override_with_another_type_replaces_the_preset():
     init_default_scope("mmdet")
     head = MODELS.build(dict(
-        type="RoIPoolRoIHead", num_classes=2,
+        type="RedetRoIPoolRoIHead", num_classes=2,
         bbox_roi_extractor=dict(roi_layer=dict(type="RoIAlign", output_size=7, sampling_ratio=0))))
     layer = head.bbox_roi_extractor.roi_layers[0]
     assert type(layer).__module__.startswith("mmcv.ops") and type(layer).__name__ == "RoIAlign"

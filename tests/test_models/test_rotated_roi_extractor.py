@@ -126,7 +126,7 @@ def test_unused_levels_still_get_gradients_in_the_per_level_loop(num_rois):
     assert_every_parameter_gets_a_gradient(rotated_extractor(layer_cfg), rois, channels=4)
 
 
-RIROI = dict(type="RiRoIAlignRotated", output_size=7, num_samples=2, num_orientations=4,
+RIROI = dict(type="RedetRiRoIAlignRotated", output_size=7, num_samples=2, num_orientations=4,
              clockwise=True)
 
 

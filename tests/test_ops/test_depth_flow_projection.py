@@ -375,8 +375,8 @@ def test_device_mismatch():
 
 def test_module_and_registry():
     from mmdet.registry import MODELS
-    import redet_plugin  # noqa: F401  (registers)
-    module = MODELS.build(dict(type="DepthFlowProjection", t=0.25, fill_holes=False))
+    import redet_plugin.mm  # noqa: F401  (registers the mm layer)
+    module = MODELS.build(dict(type="RedetDepthFlowProjection", t=0.25, fill_holes=False))
     assert isinstance(module, DepthFlowProjection) and "t=0.25" in repr(module)
     flow, depth = make_case("smooth", seed=17)
     torch.testing.assert_close(module(flow, depth), depth_flow_projection(flow, depth, 0.25, False))

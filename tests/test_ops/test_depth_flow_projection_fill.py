@@ -6,7 +6,7 @@ reference gives (tests/test_ops/_reference.py), forward and backward, on CPU and
 import pytest
 import torch
 
-from tests.test_ops._flow_hole_cases import KINDS, hole_case
+from benchmarks.flow_inputs import HOLE_KINDS as KINDS, hole_case
 from tests.test_ops._reference import depth_flow_projection_reference
 from tests.test_ops.test_depth_flow_projection import ours_and_reference_grads, tolerance
 

@@ -1,5 +1,5 @@
 """Hole filling bit for bit: on projections that are exact in any summation order
-(_flow_hole_cases.exact_hole_case) the CPU kernel, the plain reference and the CUDA kernels (atomics
+(benchmarks/flow_inputs.py: exact_hole_case) the CPU kernel, the plain reference and the CUDA kernels (atomics
 or fixed point) must give identical outputs and counts. The CUDA shapes cross every boundary of the
 CUDA fill kernels (csrc/depth_flow_projection/cuda/hole_fill_kernels.cuh): partial 32 x 32 tiles,
 partial 32-pixel row words and 32-row column words, neighbour searches over many words of a row
@@ -7,7 +7,7 @@ or of a column, H = 1, W = 1."""
 import pytest
 import torch
 
-from tests.test_ops._flow_hole_cases import exact_hole_case
+from benchmarks.flow_inputs import exact_hole_case
 from tests.test_ops._reference import depth_flow_projection_reference
 from tests.test_ops.test_depth_flow_projection import CUDA, OP
 # H in (1, 31, 33, 4097) x W in (1, 33, 100), then: several warps per row (W > 1024), more word

@@ -1,4 +1,4 @@
-"""RotatedBoxes ('rbox') and the plain rbox/qbox/hbox helpers."""
+"""RotatedBoxes ('redet_rbox') and the plain rbox/qbox/hbox helpers."""
 import math
 
 import cv2
@@ -10,7 +10,7 @@ from mmdet.structures.bbox import HorizontalBoxes, get_box_type
 from mmdet.structures.mask import BitmapMasks, PolygonMasks
 from shapely.geometry import Polygon
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.structures import (RotatedBoxes, hbox2rbox, norm_angle, qbox2rbox, rbox2hbox,
                                      rbox2qbox, regularize_rboxes)
 
@@ -36,7 +36,7 @@ def assert_same_rectangles(a, b, atol=1e-3):
 
 
 def test_registered_as_rbox():
-    assert get_box_type('rbox') == ('rbox', RotatedBoxes)
+    assert get_box_type('redet_rbox') == ('redet_rbox', RotatedBoxes)
     assert RotatedBoxes(torch.zeros(0, 5)).tensor.shape == (0, 5)
 
 
@@ -87,7 +87,7 @@ def test_rbox2hbox_encloses_corners():
 
 def test_hbox_rbox_converters():
     hboxes = HorizontalBoxes(torch.tensor([[0.0, 0.0, 10.0, 4.0], [5.0, 5.0, 7.0, 15.0]]))
-    rboxes = hboxes.convert_to('rbox')
+    rboxes = hboxes.convert_to('redet_rbox')
     assert isinstance(rboxes, RotatedBoxes)
     assert torch.allclose(rboxes.tensor[0], torch.tensor([5.0, 2.0, 10.0, 4.0, 0.0]))
     assert torch.allclose(rboxes.tensor[1], torch.tensor([6.0, 10.0, 10.0, 2.0, -math.pi / 2]))

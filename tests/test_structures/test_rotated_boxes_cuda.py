@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.structures import RotatedBoxes, qbox2rbox, rbox2hbox, rbox2qbox
 
 pytestmark = [pytest.mark.cuda,

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 
 TOOLS = osp.join(osp.dirname(__file__), '..', '..', 'tools')
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'configs/redet/redet_re18_refpn_tiny_synthetic.py')
@@ -82,7 +82,7 @@ def _dataset(config_file, data_root):
     from mmengine.registry import init_default_scope
     init_default_scope('mmdet')
     cfg = Config.fromfile(config_file)
-    dataset = dict(cfg.train_dataloader.dataset, type='DOTADataset', data_root=data_root + '/')
+    dataset = dict(cfg.train_dataloader.dataset, type='RedetDOTADataset', data_root=data_root + '/')
     dataset.pop('synthetic', None)  # read the folder as it is, do not regenerate it
     return DATASETS.build(dataset)
 

@@ -9,7 +9,7 @@ from mmengine.model import BaseModel
 from mmengine.runner import Runner
 from torch.utils.data import Dataset
 
-import redet_plugin  # noqa: F401  (registers the safe globals)
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 
 
 class ToyModel(BaseModel):

@@ -8,7 +8,7 @@ import torch
 from mmdet.structures import DetDataSample
 from mmengine.structures import InstanceData
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.structures import RotatedBoxes, rbox2qbox
 from redet_plugin.visualization import RotatedDetLocalVisualizer, draw_rotated_boxes
 

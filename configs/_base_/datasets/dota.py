@@ -1,13 +1,13 @@
 # DOTA-v1.0 split into 1024x1024 patches with gap 200 by tools/data/dota_split.py:
 #   python tools/data/dota_split.py data/DOTA/train data/DOTA/split_1024/train
-#   (same for val and test). Needs custom_imports=dict(imports=['redet_plugin']), default_scope='mmdet'.
-dataset_type = 'DOTADataset'
+#   (same for val and test). Needs custom_imports=dict(imports=['redet_plugin.mm']), default_scope='mmdet'.
+dataset_type = 'RedetDOTADataset'
 data_root = 'data/DOTA/split_1024/'
 backend_args = None
 
 train_pipeline = [
     dict(type='LoadImageFromFile', backend_args=backend_args),
-    dict(type='LoadAnnotations', with_bbox=True, box_type='rbox'),
+    dict(type='LoadAnnotations', with_bbox=True, box_type='redet_rbox'),
     dict(type='Resize', scale=(1024, 1024), keep_ratio=True, clip_object_border=False),
     dict(type='RandomFlip', prob=0.75, direction=['horizontal', 'vertical', 'diagonal']),
     dict(type='PackDetInputs')
@@ -15,7 +15,7 @@ train_pipeline = [
 val_pipeline = [
     dict(type='LoadImageFromFile', backend_args=backend_args),
     dict(type='Resize', scale=(1024, 1024), keep_ratio=True),
-    dict(type='LoadAnnotations', with_bbox=True, box_type='rbox'),
+    dict(type='LoadAnnotations', with_bbox=True, box_type='redet_rbox'),
     dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))
 ]
 test_pipeline = [
@@ -36,7 +36,7 @@ val_dataloader = dict(
     sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(type=dataset_type, data_root=data_root, ann_file='val/labelTxt/',
                  data_prefix=dict(img_path='val/images/'), test_mode=True, pipeline=val_pipeline))
-val_evaluator = dict(type='DOTAMetric', iou_thrs=0.5, ap_method='11points')
+val_evaluator = dict(type='RedetDOTAMetric', iou_thrs=0.5, ap_method='11points')
 
 # Test set (no annotations): write Task1 submission files, patches merged to full images.
 test_dataloader = dict(
@@ -44,5 +44,5 @@ test_dataloader = dict(
     sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(type=dataset_type, data_root=data_root, ann_file='',
                  data_prefix=dict(img_path='test/images/'), test_mode=True, pipeline=test_pipeline))
-test_evaluator = dict(type='DOTAMetric', format_only=True, merge_patches=True,
+test_evaluator = dict(type='RedetDOTAMetric', format_only=True, merge_patches=True,
                       outfile_prefix='./work_dirs/dota/Task1')

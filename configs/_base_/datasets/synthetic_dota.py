@@ -1,23 +1,23 @@
 # The embedded synthetic DOTA-format data set (5 classes, 256x256 images), generated under
-# data_root on first use. Needs custom_imports=dict(imports=['redet_plugin']) and default_scope='mmdet'.
-dataset_type = 'SyntheticDOTADataset'
+# data_root on first use. Needs custom_imports=dict(imports=['redet_plugin.mm']) and default_scope='mmdet'.
+dataset_type = 'RedetSyntheticDOTADataset'
 data_root = 'data/synthetic_dota/'
 synthetic = dict(num_train=400, num_val=100, image_size=256, seed=0)
 backend_args = None
 
 train_pipeline = [
     dict(type='LoadImageFromFile', backend_args=backend_args),
-    dict(type='LoadAnnotations', with_bbox=True, box_type='rbox'),
+    dict(type='LoadAnnotations', with_bbox=True, box_type='redet_rbox'),
     dict(type='Resize', scale=(256, 256), keep_ratio=True, clip_object_border=False),
     dict(type='RandomFlip', prob=0.75, direction=['horizontal', 'vertical', 'diagonal']),
-    dict(type='RandomRotate90', prob=0.5),
+    dict(type='RedetRandomRotate90', prob=0.5),
     dict(type='PackDetInputs')
 ]
 # Annotations are loaded after Resize: they stay in original coordinates, like the predictions.
 val_pipeline = [
     dict(type='LoadImageFromFile', backend_args=backend_args),
     dict(type='Resize', scale=(256, 256), keep_ratio=True),
-    dict(type='LoadAnnotations', with_bbox=True, box_type='rbox'),
+    dict(type='LoadAnnotations', with_bbox=True, box_type='redet_rbox'),
     dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))
 ]
 test_pipeline = val_pipeline
@@ -37,5 +37,5 @@ val_dataloader = dict(
                  test_mode=True, pipeline=val_pipeline))
 test_dataloader = val_dataloader
 
-val_evaluator = dict(type='DOTAMetric', iou_thrs=0.5, ap_method='11points')
+val_evaluator = dict(type='RedetDOTAMetric', iou_thrs=0.5, ap_method='11points')
 test_evaluator = val_evaluator

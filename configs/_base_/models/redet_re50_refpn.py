@@ -2,7 +2,7 @@
 # redet-le90_re50_refpn_1x_dota). Rotated boxes are (cx, cy, w, h, theta) in le90.
 angle_version = 'le90'
 model = dict(
-    type='ReDet',
+    type='RedetReDet',
     data_preprocessor=dict(
         type='DetDataPreprocessor',
         mean=[123.675, 116.28, 103.53],
@@ -11,7 +11,7 @@ model = dict(
         pad_size_divisor=32,
         boxtype2tensor=False),
     backbone=dict(
-        type='ReResNet',
+        type='RedetReResNet',
         depth=50,
         num_stages=4,
         out_indices=(0, 1, 2, 3),
@@ -21,7 +21,7 @@ model = dict(
         # init_cfg=dict(type='Pretrained', checkpoint='<re_resnet50_c8 checkpoint>')
         ),
     neck=dict(
-        type='ReFPN',
+        type='RedetReFPN',
         in_channels=[256, 512, 1024, 2048],
         out_channels=256,
         num_outs=5),
@@ -41,22 +41,22 @@ model = dict(
         loss_cls=dict(type='CrossEntropyLoss', use_sigmoid=True, loss_weight=1.0),
         loss_bbox=dict(type='SmoothL1Loss', beta=1.0 / 9.0, loss_weight=1.0)),
     roi_head=dict(
-        type='RoITransformerRoIHead',
+        type='RedetRoITransformerRoIHead',
         num_stages=2,
         stage_loss_weights=[1, 1],
         bbox_roi_extractor=[
             # stage 1: horizontal proposals (RoIAlign variant: roi_layer=dict(type='RoIAlign',
             # output_size=7, sampling_ratio=0), as mmrotate does)
             dict(
-                type='HorizontalSingleRoIExtractor',
-                roi_layer=dict(type='RoIPool', output_size=7),
+                type='RedetHorizontalSingleRoIExtractor',
+                roi_layer=dict(type='RedetRoIPool', output_size=7),
                 out_channels=256,
                 featmap_strides=[4, 8, 16, 32]),
             # stage 2: rotated RoIs, orientation-aligned
             dict(
-                type='RotatedSingleRoIExtractor',
+                type='RedetRotatedSingleRoIExtractor',
                 roi_layer=dict(
-                    type='RiRoIAlignRotated',
+                    type='RedetRiRoIAlignRotated',
                     output_size=7,
                     num_samples=2,
                     num_orientations=8,
@@ -66,13 +66,13 @@ model = dict(
         ],
         bbox_head=[
             dict(
-                type='RotatedShared2FCBBoxHead',
+                type='RedetRotatedShared2FCBBoxHead',
                 in_channels=256,
                 fc_out_channels=1024,
                 roi_feat_size=7,
                 num_classes=15,
                 bbox_coder=dict(
-                    type='DeltaXYWHTHBBoxCoder',
+                    type='RedetDeltaXYWHTHBBoxCoder',
                     angle_version=angle_version,
                     norm_factor=2,
                     edge_swap=True,
@@ -82,13 +82,13 @@ model = dict(
                 loss_cls=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0),
                 loss_bbox=dict(type='SmoothL1Loss', beta=1.0, loss_weight=1.0)),
             dict(
-                type='RotatedShared2FCBBoxHead',
+                type='RedetRotatedShared2FCBBoxHead',
                 in_channels=256,
                 fc_out_channels=1024,
                 roi_feat_size=7,
                 num_classes=15,
                 bbox_coder=dict(
-                    type='DeltaXYWHTRBBoxCoder',
+                    type='RedetDeltaXYWHTRBBoxCoder',
                     angle_version=angle_version,
                     norm_factor=None,
                     edge_swap=True,
@@ -148,7 +148,7 @@ model = dict(
                     neg_iou_thr=0.5,
                     min_pos_iou=0.5,
                     match_low_quality=False,
-                    iou_calculator=dict(type='RBboxOverlaps2D'),
+                    iou_calculator=dict(type='RedetRBboxOverlaps2D'),
                     ignore_iof_thr=-1),
                 sampler=dict(
                     type='RandomSampler',

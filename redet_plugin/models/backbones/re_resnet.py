@@ -12,6 +12,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmdet.registry import MODELS
 
+from redet_plugin.utils.registration import register
+
 from ..equivariant import (NUM_ORIENTATIONS, EquivariantNetwork, r2conv, regular_type,
                            to_plain, trivial_type)
 
@@ -77,7 +79,7 @@ class ReBottleneck(_ReBlock):
         return self.relu(out + identity)
 
 
-@MODELS.register_module()
+@register(MODELS)
 class ReResNet(EquivariantNetwork, BaseModule):
     """Rotation-equivariant ResNet (ReDet's backbone), mmdet ResNet-style arguments.
 

@@ -13,6 +13,8 @@ from mmdet.structures import SampleList
 from mmdet.structures.bbox import get_box_tensor
 from torch import Tensor
 
+from redet_plugin.utils.registration import register
+
 from ...structures import rbox2hbox
 
 
@@ -32,7 +34,7 @@ def _horizontal_rpn_samples(batch_data_samples: SampleList) -> SampleList:
     return rpn_samples
 
 
-@MODELS.register_module()
+@register(MODELS)
 class ReDet(TwoStageDetector):
     """Two-stage detector with rotated ground truth and rotated predictions."""
 

@@ -11,10 +11,12 @@ from torch import nn
 
 from mmdet.registry import MODELS
 
+from redet_plugin.utils.registration import register
+
 from ..equivariant import NUM_ORIENTATIONS, EquivariantNetwork, r2conv, regular_type, to_plain
 
 
-@MODELS.register_module()
+@register(MODELS)
 class ReFPN(EquivariantNetwork, BaseModule):
     """Rotation-equivariant FPN, mmdet FPN-style arguments.
 

@@ -1,9 +1,9 @@
 """Builds the per-level RoI layers of an extractor: registry first, then mmcv.ops.
 
-mmdet's BaseRoIExtractor resolves a string `roi_layer.type` only in mmcv.ops, so
-`dict(type='RoIPool')` would silently give mmcv's CUDA-only RoIPool. Our extractors resolve the
-name in mmdet's MODELS first (ours are registered there by redet_plugin.models.roi_layers, and
-`mmdet.X`-style scoped names work too) and fall back to mmcv.ops for everything else.
+mmdet's BaseRoIExtractor resolves a string `roi_layer.type` only in mmcv.ops, where our layers
+('RedetRoIPool', 'RedetRiRoIAlignRotated') are not. Our extractors resolve the name in mmdet's
+MODELS first (ours are registered there by redet_plugin.models.roi_layers; `mmdet.X`-style scoped
+names work too) and fall back to mmcv.ops for everything else ('RoIAlign', ...).
 """
 from typing import Sequence, Tuple
 
@@ -23,7 +23,7 @@ def resolve_roi_layer_class(layer_type) -> type:
         layer_cls = getattr(mmcv_ops, layer_type, None)
     if not isinstance(layer_cls, type) or not issubclass(layer_cls, nn.Module):
         raise KeyError(f"roi_layer: type {layer_type!r} is neither a module registered in mmdet's "
-                       "MODELS (did `import redet_plugin` / custom_imports run?) nor an mmcv.ops "
+                       "MODELS (did custom_imports=['redet_plugin.mm'] run?) nor an mmcv.ops "
                        "class")
     return layer_cls
 

@@ -15,18 +15,20 @@ Two ways to pool, same result:
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
+from mmdet.registry import MODELS
 from mmdet.models.roi_heads.roi_extractors.base_roi_extractor import BaseRoIExtractor
 from torch import Tensor, nn
 
-from .._registry import register_once
+from redet_plugin.utils.registration import register
+
 from .roi_layer_builder import build_roi_layers, pooled_size
 from .fused_kernels import fused_kernel_for
 
 
-@register_once()
+@register(MODELS)
 class RotatedSingleRoIExtractor(BaseRoIExtractor):
     """Args:
-        roi_layer (dict): RoI layer config, e.g. dict(type='RiRoIAlignRotated', output_size=7,
+        roi_layer (dict): RoI layer config, e.g. dict(type='RedetRiRoIAlignRotated', output_size=7,
             num_samples=2, num_orientations=8, clockwise=True); `spatial_scale` is set per level.
         out_channels (int): channels of the pooled features (= channels of every input level).
         featmap_strides (list[int]): stride of each input level w.r.t. the image.

@@ -20,6 +20,8 @@ from mmdet.structures.bbox import bbox2roi, get_box_tensor
 from mmengine.structures import InstanceData
 from torch import Tensor
 
+from redet_plugin.utils.registration import register
+
 from ...structures import rbox2hbox
 from .rotated_bbox_head import empty_rotated_results
 
@@ -30,7 +32,7 @@ def _with_boxes(instances: InstanceData, boxes: Tensor) -> InstanceData:
     return view
 
 
-@MODELS.register_module()
+@register(MODELS)
 class RoITransformerRoIHead(CascadeRoIHead):
     """CascadeRoIHead whose first stage turns horizontal RoIs into rotated ones."""
 

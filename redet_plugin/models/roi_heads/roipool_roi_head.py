@@ -4,7 +4,7 @@ mmdet's StandardRoIHead preset with our RoIPool (max pooling, torchvision semant
 on the FPN levels, pooled by HorizontalSingleRoIExtractor, and mmdet's Shared2FCBBoxHead (two
 shared fc layers, then class scores and class-specific box deltas). In a config:
 
-    roi_head=dict(type='RoIPoolRoIHead', num_classes=3)
+    roi_head=dict(type='RedetRoIPoolRoIHead', num_classes=3)
 
 `bbox_roi_extractor` / `bbox_head` dicts, when given, are merged over the preset (a nested dict
 with another `type` replaces the preset's instead); other arguments go to StandardRoIHead.
@@ -12,9 +12,11 @@ with another `type` replaces the preset's instead); other arguments go to Standa
 import copy
 from typing import Optional, Sequence
 
+from mmdet.registry import MODELS
 from mmdet.models.roi_heads import StandardRoIHead
 
-from .._registry import register_once
+from redet_plugin.utils.registration import register
+
 from ..roi_extractors.roi_layer_builder import pooled_size
 
 
@@ -33,7 +35,7 @@ def _merged(preset: dict, override: Optional[dict]) -> dict:
     return merged
 
 
-@register_once()
+@register(MODELS)
 class RoIPoolRoIHead(StandardRoIHead):
     """Args:
         num_classes (int): object classes (without background). Default 80.
@@ -50,8 +52,8 @@ class RoIPoolRoIHead(StandardRoIHead):
                  fc_out_channels: int = 1024, bbox_roi_extractor: Optional[dict] = None,
                  bbox_head: Optional[dict] = None, **kwargs) -> None:
         preset_extractor = dict(
-            type="HorizontalSingleRoIExtractor",
-            roi_layer=dict(type="RoIPool", output_size=roi_size),
+            type="RedetHorizontalSingleRoIExtractor",
+            roi_layer=dict(type="RedetRoIPool", output_size=roi_size),
             out_channels=in_channels, featmap_strides=list(featmap_strides))
         preset_head = dict(
             type="Shared2FCBBoxHead", in_channels=in_channels, fc_out_channels=fc_out_channels,

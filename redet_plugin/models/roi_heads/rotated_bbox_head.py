@@ -17,6 +17,8 @@ from mmengine.config import ConfigDict
 from mmengine.structures import InstanceData
 from torch import Tensor
 
+from redet_plugin.utils.registration import register
+
 from ..task_modules.rbox_geometry import rescale_rboxes
 
 
@@ -28,12 +30,12 @@ def empty_rotated_results(device, num_classes: int, with_nms: bool = True) -> In
     return results
 
 
-@MODELS.register_module()
+@register(MODELS)
 class RotatedShared2FCBBoxHead(Shared2FCBBoxHead):
     """mmdet's Shared2FCBBoxHead with a rotated box coder and rotated test-time output."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault('predict_box_type', 'rbox')
+        kwargs.setdefault('predict_box_type', 'redet_rbox')
         super().__init__(*args, **kwargs)
         if self.bbox_coder.encode_size != 5:
             raise ValueError(f'bbox_coder: expected a rotated coder (encode_size 5), got '

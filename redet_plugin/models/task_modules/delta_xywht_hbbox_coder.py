@@ -6,11 +6,13 @@ from mmdet.models.task_modules.coders.base_bbox_coder import BaseBBoxCoder
 from mmdet.structures.bbox import get_box_tensor
 from torch import Tensor
 
+from redet_plugin.utils.registration import register
+
 from .rbox_delta_math import check_coder_args, decode_rbox_deltas, encode_rbox_deltas
 from .rbox_geometry import hbox_as_prior
 
 
-@TASK_UTILS.register_module()
+@register(TASK_UTILS)
 class DeltaXYWHTHBBoxCoder(BaseBBoxCoder):
     """Encodes rotated targets as deltas from horizontal (x1, y1, x2, y2) priors.
 

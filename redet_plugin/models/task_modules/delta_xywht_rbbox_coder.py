@@ -6,11 +6,13 @@ from mmdet.models.task_modules.coders.base_bbox_coder import BaseBBoxCoder
 from mmdet.structures.bbox import get_box_tensor
 from torch import Tensor
 
+from redet_plugin.utils.registration import register
+
 from .delta_xywht_hbbox_coder import _check_shapes
 from .rbox_delta_math import check_coder_args, decode_rbox_deltas, encode_rbox_deltas
 
 
-@TASK_UTILS.register_module()
+@register(TASK_UTILS)
 class DeltaXYWHTRBBoxCoder(BaseBBoxCoder):
     """Encodes rotated targets as deltas from rotated priors; with `proj_xy` the centre offset
     is measured in the prior's own frame (as the RoI Transformer does)."""

@@ -3,8 +3,10 @@ from mmcv.ops import box_iou_rotated
 from mmdet.registry import TASK_UTILS
 from mmdet.structures.bbox import get_box_tensor
 
+from redet_plugin.utils.registration import register
 
-@TASK_UTILS.register_module()
+
+@register(TASK_UTILS)
 class RBboxOverlaps2D:
     """IoU (or IoF) between (N, 5) and (M, 5) rotated boxes (cx, cy, w, h, theta); a sixth
     column (a score) is ignored."""

@@ -1,8 +1,40 @@
-"""Flows whose depth-aware projection leaves large holes (plain torch: the tests and
-benchmarks/sanitize_depth_flow_projection.py use them)."""
+"""Inputs of the depth-aware flow projection, in plain torch, shared by the benchmarks, the
+compute-sanitizer driver and the tests:
+- benchmark_case: the benchmark's flow kinds at its shapes (FLOW_KINDS, SHAPES);
+- hole_case, exact_hole_case: flows whose projection leaves large holes (HOLE_KINDS), and flows
+  whose projection is exact in any summation order."""
 import torch
 
-KINDS = ["half", "single", "none", "borders", "bands"]
+# (batch, height, width): DAIN's training crop, 1080p and 4K.
+SHAPES = {"256x448": (4, 256, 448), "1080p": (1, 1080, 1920), "4K": (1, 2160, 3840)}
+# smooth: a smooth field of up to ~5% of the image size plus 1 px noise (most pixels reached);
+# pan: at time t everything has moved right by half the width, plus 1 px noise: a hole band half the
+#      image wide; incoherent: the smooth field plus 8 px noise per pixel: holes scattered everywhere.
+FLOW_KINDS = ["smooth", "pan", "incoherent"]
+HOLE_KINDS = ["half", "single", "none", "borders", "bands"]
+
+
+def benchmark_case(kind, batch, height, width, t=0.5, device="cuda", seed=0):
+    """flow F0->1 (B, 2, H, W) of the given kind and depth (B, 1, H, W) uniform in [1, 10]."""
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def noise(scale):
+        return scale * torch.randn(batch, 2, height, width, device=device, generator=g)
+
+    coarse = torch.randn(batch, 2, 8, 8, device=device, generator=g) * 0.05 * max(height, width)
+    smooth = torch.nn.functional.interpolate(coarse, size=(height, width), mode="bilinear",
+                                             align_corners=True)
+    if kind == "smooth":
+        flow = smooth + noise(1.0)
+    elif kind == "pan":
+        flow = noise(1.0)
+        flow[:, 0] += 0.5 * width / t
+    elif kind == "incoherent":
+        flow = smooth + noise(8.0)
+    else:
+        raise ValueError(f"unknown flow kind {kind!r}; expected one of {FLOW_KINDS}")
+    depth = 1 + 9 * torch.rand(batch, 1, height, width, device=device, generator=g)
+    return flow.contiguous(), depth
 
 
 def hole_case(kind, batch, height, width, seed=0, dtype=torch.float32):
@@ -30,7 +62,7 @@ def hole_case(kind, batch, height, width, seed=0, dtype=torch.float32):
         flow[:, 0] = torch.where(leave, torch.full_like(xs, off), torch.zeros_like(xs))
         flow = flow + noise
     else:
-        raise ValueError(kind)
+        raise ValueError(f"unknown hole kind {kind!r}; expected one of {HOLE_KINDS}")
     depth = 0.5 + 4 * torch.rand(batch, 1, height, width, generator=g)
     return flow.to(dtype), depth.to(dtype)
 
