@@ -1,12 +1,12 @@
 """Our ReDet vs mmrotate's, trained and tested on the same synthetic DOTA data (issue 17).
 
-Runs (each a training of --iters iterations at batch 2 per GPU, fp32 unless said, from scratch,
-then a test on the val split, each through its project's own tools):
+Runs, in this order (each a training of --iters iterations at batch 2 per GPU, fp32 unless said,
+from scratch, then a test on the val split, each through its project's own tools):
   mmrotate      mmrotate-dev's redet-le90_re50_refpn_1x_dota.py, its tools/train.py and test.py
-  mmrotate_ops  the same with our RoI ops through mmrotate's tools
-                (configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py)
   ours          configs/redet/redet_re50_refpn_synthetic1024.py, tools/train.py and tools/test.py
   ours_amp      the same with --amp
+  mmrotate_ops  mmrotate's config with our RoI ops, through mmrotate's tools
+                (configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py)
   ours_dist2    tools/dist_train.sh on 2 GPUs (batch 2 per GPU), skipped with fewer GPUs
 Every run gets the same overrides (bench_configs() writes them): data, an iteration-based
 schedule with the same warm-up, no validation during training, the backbone trained from random
@@ -15,10 +15,11 @@ Measured: s/iteration = median of the logged windows after --skip warm-up iterat
 likewise from the test log (batch 1); peak memory = the largest `memory` mmengine logs
 (torch.cuda.max_memory_allocated, MB); mAP@0.5 (DOTA metric, 11 points, classes with objects).
 mmrotate reads DOTA annotation files without the `imagesource:`/`gsd:` header lines, so it gets a
-copy of the labels without them (<split>/annfiles/).
+copy of the labels without them (<split>/annfiles/). The JSON is rewritten after every run, and
+with --budget-s no run starts (and no process outlives) the budget, so a cut call keeps what ran.
 
-    python benchmarks/bench_detector_vs_mmrotate.py --out results.json [--iters 100] [--runs ...]
-(benchmarks/detector_vs_mmrotate.sh runs it on the GPU machine.)
+    python -m benchmarks.bench_detector_vs_mmrotate --out results.json [--iters 100] [--runs ...]
+(repo root; benchmarks/detector_vs_mmrotate.sh runs it on the GPU machine.)
 """
 import argparse
 import glob
@@ -33,11 +34,11 @@ import subprocess
 import sys
 import time
 
-REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, osp.join(REPO, 'benchmarks'))
-from summarize_training import summarize  # noqa: E402
+from benchmarks.summarize_training import summarize
 
-RUNS = ('mmrotate', 'mmrotate_ops', 'ours', 'ours_amp', 'ours_dist2')
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+RUNS = ('mmrotate', 'ours', 'ours_amp', 'mmrotate_ops', 'ours_dist2')
+MIN_RUN_S = 60  # a run is not started with less of the budget left
 MMROTATE_BASE = 'mmrotate::redet/redet-le90_re50_refpn_1x_dota.py'
 OPS_CONFIG = osp.join(REPO, 'configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py')
 OURS_CONFIG = osp.join(REPO, 'configs/redet/redet_re50_refpn_synthetic1024.py')
@@ -68,6 +69,7 @@ def parse_args(argv=None):
     p.add_argument('--min-iters-for-map', type=int, default=400,
                    help='below this, mAP goals are reported as null (too little training)')
     p.add_argument('--timeout', type=int, default=900, help='seconds per training or test process')
+    p.add_argument('--budget-s', type=int, help='seconds for the whole benchmark (default: none)')
     args = p.parse_args(argv)
     for name in ('iters', 'log_interval', 'workers', 'num_train', 'num_val', 'image_size'):
         if getattr(args, name) < (0 if name == 'workers' else 1):
@@ -84,7 +86,7 @@ def ensure_data(args, log_dir):
         run_logged([sys.executable, osp.join(REPO, 'tools/data/make_synthetic_dota.py'),
                     args.data_root, '--image-size', str(args.image_size), '--num-train',
                     str(args.num_train), '--num-val', str(args.num_val)],
-                   osp.join(log_dir, 'make_data.log'), args.timeout, check=True)
+                   osp.join(log_dir, 'make_data.log'), args.timeout, subprocess_env(), check=True)
     for split in ('train', 'val'):
         write_peer_labels(osp.join(args.data_root, split))
     return {split: len(glob.glob(osp.join(args.data_root, split, 'labelTxt', '*.txt')))
@@ -191,9 +193,10 @@ def tail(path, lines=15):
 
 
 def mmrotate_tools():
+    """mmrotate's tools/ folder in the installed package, or None without mmrotate."""
     spec = importlib.util.find_spec('mmrotate')  # (locates the package without importing it)
     if spec is None or not spec.submodule_search_locations:
-        sys.exit('error: mmrotate is not installed (the mmrotate runs need mmrotate-dev 1.0.1)')
+        return None
     return osp.join(list(spec.submodule_search_locations)[0], '.mim', 'tools')
 
 
@@ -254,9 +257,17 @@ def train_summary(work_dir, images_per_iter, skip):
 
 
 # ---- one run ------------------------------------------------------------------------------------
-def bench_run(run, args, config, gpus):
+def time_left(args, deadline):
+    """A process's time limit: --timeout, cut to what is left of the budget."""
+    return args.timeout if deadline is None else max(1, min(args.timeout,
+                                                            int(deadline - time.time())))
+
+
+def bench_run(run, args, config, gpus, deadline):
     if run == 'ours_dist2' and gpus < 2:
         return dict(skipped=f'{gpus} GPU(s): dist_train.sh on 2 GPUs needs 2')
+    if run.startswith('mmrotate') and mmrotate_tools() is None:
+        return dict(skipped='mmrotate is not installed (mmrotate-dev 1.0.1 is the peer)')
     work_dir = osp.join(args.work_root, run)
     test_dir = work_dir + '_test'
     for folder in (work_dir, test_dir):  # (an earlier run's logs would mix into this one's)
@@ -264,13 +275,14 @@ def bench_run(run, args, config, gpus):
     train_cmd, test_cmd, test_env = commands(run, config, work_dir, test_dir, args.iters)
     result = dict(config=config, train_command=' '.join(train_cmd))
     train_log = osp.join(args.log_dir, f'train_{run}.log')
-    rc, result['train_wall_s'] = run_logged(train_cmd, train_log, args.timeout, subprocess_env())
+    rc, result['train_wall_s'] = run_logged(train_cmd, train_log, time_left(args, deadline),
+                                            subprocess_env())
     if rc != 0:
         return dict(result, error=f'training rc={rc}', log_tail=tail(train_log))
     images_per_iter = 2 * (2 if run == 'ours_dist2' else 1)
     result['train'] = train_summary(work_dir, images_per_iter, args.skip)
     test_log = osp.join(args.log_dir, f'test_{run}.log')
-    rc, result['test_wall_s'] = run_logged(test_cmd, test_log, args.timeout,
+    rc, result['test_wall_s'] = run_logged(test_cmd, test_log, time_left(args, deadline),
                                            subprocess_env(test_env))
     if rc != 0:
         return dict(result, error=f'test rc={rc}', log_tail=tail(test_log))
@@ -348,30 +360,38 @@ def environment(gpus):
 def main(argv=None):
     args = parse_args(argv)
     import torch
+    start = time.time()
+    deadline = start + args.budget_s if args.budget_s else None
     gpus = torch.cuda.device_count()
     os.makedirs(args.log_dir, exist_ok=True)
     images = ensure_data(args, args.log_dir)
     configs = bench_configs(args, osp.join(args.log_dir, 'configs'))
-    runs, start = {}, time.time()
-    for run in args.runs:
-        runs[run] = bench_run(run, args, configs[run if run.startswith('mmrotate') else 'ours'],
-                              gpus)
-        if 'error' in runs[run]:
-            print(f"{run}: {runs[run]['error']}\n{runs[run]['log_tail']}", flush=True)
     result = dict(
         what='ReDet R50 (ReResNet-50 + ReFPN) on synthetic DOTA-format images: mmrotate-dev 1.0.1 '
              'as shipped, mmrotate with our RoI ops, ours; same data, schedule and batch, from '
-             'scratch (see benchmarks/bench_detector_vs_mmrotate.py)',
-        command=' '.join(['benchmarks/bench_detector_vs_mmrotate.py']
+             'scratch (benchmarks/bench_detector_vs_mmrotate.py)',
+        command=' '.join(['python -m benchmarks.bench_detector_vs_mmrotate']
                          + (argv if argv is not None else sys.argv[1:])),
-        wall_s=round(time.time() - start),
         environment=environment(gpus),
         settings=dict(iters=args.iters, batch_per_gpu=2, log_interval=args.log_interval,
                       skip=args.skip, lr_warmup=args.lr_warmup, workers=args.workers,
                       resize=args.resize or 1024, data_root=args.data_root, images=images),
-        runs=runs, **comparison(runs, args))
-    with open(args.out, 'w') as f:
-        json.dump(result, f, indent=1)
+        runs={})
+    for run in args.runs:
+        left = None if deadline is None else deadline - time.time()
+        if left is not None and left < MIN_RUN_S:
+            result['runs'][run] = dict(skipped=f'budget: {left:.0f} s left of --budget-s')
+        else:
+            config = configs[run if run.startswith('mmrotate') else 'ours']
+            result['runs'][run] = bench_run(run, args, config, gpus, deadline)
+        outcome = result['runs'][run]
+        if 'error' in outcome:
+            print(f"{run}: {outcome['error']}\n{outcome['log_tail']}", flush=True)
+        elif 'skipped' in outcome:
+            print(f"{run}: skipped ({outcome['skipped']})", flush=True)
+        result.update(comparison(result['runs'], args), wall_s=round(time.time() - start))
+        with open(args.out, 'w') as f:  # after every run: a cut call keeps the finished runs
+            json.dump(result, f, indent=1)
     print(json.dumps(dict(ratios=result['ratios'], goals=result['goals'],
                           notes=result['notes']), indent=1))
 

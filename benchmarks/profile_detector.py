@@ -14,7 +14,8 @@ training the loader's workers do this beside the GPU). The medians over --iters 
 uninstrumented step come from torch.profiler. Inference is most telling with trained weights
 (--checkpoint): an untrained head scores every class near 1/16 and the NMS sees thousands of boxes.
 
-    python benchmarks/profile_detector.py --out profile.json [--checkpoint CKPT] [--amp]
+    python -m benchmarks.profile_detector --out profile.json [--checkpoint CKPT] [--amp]
+(from the repository root)
 """
 import argparse
 import functools
@@ -29,16 +30,16 @@ import torch
 from torch.profiler import record_function
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, osp.join(REPO, 'benchmarks'))
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--out', required=True, help='JSON file')
-    p.add_argument('--config', default=osp.join(REPO, 'configs/redet/redet_re50_refpn_synthetic1024.py'))
+    p.add_argument('--config',
+                   default=osp.join(REPO, 'configs/redet/redet_re50_refpn_synthetic1024.py'))
     p.add_argument('--data-root', default=osp.join(REPO, 'data', 'synthetic_dota_1024'),
-                   help='DOTA-format folder with train/ and val/ (tools/data/make_synthetic_dota.py)')
+                   help='DOTA-format folder with train/ and val/ '
+                   '(tools/data/make_synthetic_dota.py)')
     p.add_argument('--checkpoint', help='trained weights (else random: see the note above)')
     p.add_argument('--resize', type=int, help="Resize scale (default: the config's 1024)")
     p.add_argument('--amp', action='store_true', help='forward under fp16 autocast')
@@ -326,7 +327,8 @@ def markdown(result):
     for i, row in enumerate(test['rows']):  # inference-only rows go after their predecessor
         if row not in order:
             order.insert(order.index(test['rows'][i - 1]) + 1 if i else 0, row)
-    lines = ['| part | training iteration (batch 2), ms | share | inference (1 image), ms | share |',
+    lines = ['| part | training iteration (batch 2), ms | share '
+             '| inference (1 image), ms | share |',
              '|---|---|---|---|---|']
 
     def cell(section, label):
@@ -379,7 +381,8 @@ def main(argv=None):
         plain_test_image(model, batch, args)
     test_plain = median_ms(lambda b: plain_test_image(model, b, args), test_batches[args.warmup:],
                            timer)
-    test_kernels = top_kernels(lambda: plain_test_image(model, test_batches[-1], args)) if cuda else None
+    test_kernels = top_kernels(
+        lambda: plain_test_image(model, test_batches[-1], args)) if cuda else None
     rows = instrument(model, timer, training=False)
     for i, batch in enumerate(test_batches):
         instrumented_test_image(model, batch, timer, args)
@@ -391,7 +394,8 @@ def main(argv=None):
     result = dict(
         what='ReDet R50 per-part time: one training iteration (batch 2) and one inference image '
              '(benchmarks/profile_detector.py)',
-        command=' '.join(['benchmarks/profile_detector.py'] + (argv if argv is not None else sys.argv[1:])),
+        command=' '.join(['python -m benchmarks.profile_detector']
+                         + (argv if argv is not None else sys.argv[1:])),
         config=osp.relpath(args.config, REPO), checkpoint=args.checkpoint, amp=args.amp,
         image_size=args.resize or 1024, device=torch.cuda.get_device_name() if cuda else 'cpu',
         torch=torch.__version__, warmup=args.warmup, iters=args.iters, images=args.images,

@@ -1,33 +1,21 @@
 """The drop-in mmrotate config configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py: it is
 mmrotate's own ReDet config with only the second stage's RoI extractor swapped for ours, and that
-extractor pools the same features as mmrotate's (legacy_orientation = mmcv's kernel).
-Skipped without an importable mmrotate (the GPU machine has mmrotate-dev); the feature comparison
-also needs CUDA (mmcv's RiRoIAlignRotated has no CPU kernel)."""
+extractor pools the same features as mmrotate's (legacy_orientation = mmcv's kernel). The feature
+comparison needs CUDA (mmcv's RiRoIAlignRotated has no CPU kernel)."""
 import copy
-import importlib.util
 import math
-import os.path as osp
+from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-CONFIG = osp.join(ROOT, 'configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py')
+from ._mmrotate import register_mmrotate
+
+register_mmrotate()
+
+CONFIG = str(Path(__file__).resolve().parents[2] /
+             'configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py')
 PEER = 'mmrotate::redet/redet-le90_re50_refpn_1x_dota.py'
-
-
-def _mmrotate_importable() -> bool:
-    if importlib.util.find_spec('mmrotate') is None:
-        return False
-    try:
-        from mmrotate.utils import register_all_modules
-        register_all_modules(init_default_scope=False)
-    except ImportError:  # e.g. mmrotate without torchvision
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _mmrotate_importable(), reason='needs mmrotate-dev')
 
 
 def _configs():
@@ -83,9 +71,9 @@ def test_swapped_extractor_pools_what_mmrotates_pools():
     n = 300
     size = torch.exp(torch.empty(n, device='cuda').uniform_(math.log(8), math.log(250),
                                                              generator=g))
+    centres = torch.rand(n, 2, device='cuda', generator=g) * 256
     rois = torch.stack([
-        (torch.arange(n, device='cuda') % 2).float(),
-        torch.rand(n, device='cuda', generator=g) * 256, torch.rand(n, device='cuda', generator=g) * 256,
+        (torch.arange(n, device='cuda') % 2).float(), centres[:, 0], centres[:, 1],
         size, size * torch.empty(n, device='cuda').uniform_(0.3, 1.0, generator=g),
         (torch.rand(n, device='cuda', generator=g) * 2 - 1) * math.pi], dim=1)
     expected = peer(feats, rois)
