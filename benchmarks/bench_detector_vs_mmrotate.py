@@ -128,6 +128,18 @@ def bench_configs(args, config_dir):
     return paths
 
 
+def roi_layers(config_path):
+    """The RoI layer type of each RoI stage of a config, for the record (stage 1 differs: ours
+    is RoIPool in the synthetic config, mmrotate's RoIAlign)."""
+    from mmengine.config import Config
+    try:
+        cfg = Config.fromfile(config_path, import_custom_modules=False)
+    except Exception as error:  # e.g. mmrotate missing: its runs are skipped anyway
+        return f'unreadable: {error}'
+    return [f"{e['type']}/{e['roi_layer']['type']}"
+            for e in cfg.model.roi_head.bbox_roi_extractor]
+
+
 def config_text(args, spec):
     root = osp.abspath(args.data_root) + '/'
     loader = f'num_workers={args.workers}, persistent_workers={args.workers > 0}'
@@ -345,6 +357,8 @@ def comparison(runs, args):
 
 
 def environment(gpus):
+    """Versions and the GPU's name; the name from nvidia-smi, so that this process holds no CUDA
+    context (memory) while the runs train."""
     import torch
     from importlib.metadata import PackageNotFoundError, version
     found = {}
@@ -353,8 +367,15 @@ def environment(gpus):
             found[package] = version(package)
         except PackageNotFoundError:
             found[package] = None
-    return dict(torch=torch.__version__, cuda=torch.version.cuda, gpus=gpus,
-                device=torch.cuda.get_device_name() if gpus else 'cpu', packages=found)
+    device = 'cpu'
+    if gpus:
+        try:
+            device = subprocess.run(['nvidia-smi', '--query-gpu=name', '--format=csv,noheader'],
+                                    capture_output=True, text=True).stdout.splitlines()[0]
+        except (OSError, IndexError):
+            device = 'cuda (name unknown)'
+    return dict(torch=torch.__version__, cuda=torch.version.cuda, gpus=gpus, device=device,
+                packages=found)
 
 
 def main(argv=None):
@@ -375,7 +396,8 @@ def main(argv=None):
         environment=environment(gpus),
         settings=dict(iters=args.iters, batch_per_gpu=2, log_interval=args.log_interval,
                       skip=args.skip, lr_warmup=args.lr_warmup, workers=args.workers,
-                      resize=args.resize or 1024, data_root=args.data_root, images=images),
+                      resize=args.resize or 1024, data_root=args.data_root, images=images,
+                      roi_layers={name: roi_layers(path) for name, path in configs.items()}),
         runs={})
     for run in args.runs:
         left = None if deadline is None else deadline - time.time()
