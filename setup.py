@@ -2,7 +2,9 @@
 or FORCE_CUDA=1. Honours TORCH_CUDA_ARCH_LIST and MAX_JOBS (torch's extension tools read them)."""
 import glob
 import os
+import site
 import subprocess
+import sys
 import warnings
 
 from setuptools import find_packages, setup
@@ -10,13 +12,37 @@ from setuptools import find_packages, setup
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
-def ext_modules():
+def import_build_torch():
+    """The installed torch, which the extension must be compiled against.
+
+    pip's build isolation (the default of `pip install -e .`) hides the environment's
+    site-packages from setup.py; pyproject.toml cannot name torch (pip would download one, a CUDA
+    build from PyPI, just for the build). So when torch is not importable we look in the
+    site-packages of the environment pip installs into (sys.prefix: pip runs the build with that
+    environment's python), appended after the isolated ones (their .pth files are not run).
+    """
     try:
         import torch
-    except ImportError as e:  # pip's isolated build env has no torch
+        return torch
+    except ImportError:
+        pass
+    for path in site.getsitepackages() + [site.getusersitepackages()]:
+        if os.path.isdir(path) and path not in sys.path:
+            sys.path.append(path)
+    try:
+        import torch
+    except ImportError as e:
         raise RuntimeError(
-            "redet_plugin compiles against the torch you have installed: install torch first, "
-            "then build with `pip install --no-build-isolation -e .`") from e
+            "redet_plugin compiles against an installed torch, and none was found in "
+            f"{sys.prefix}: install torch first (the CPU or CUDA build you want), then run "
+            "`pip install -e .` again") from e
+    print(f"redet_plugin: compiling against torch {torch.__version__} from "
+          f"{os.path.dirname(os.path.dirname(torch.__file__))}", file=sys.stderr)
+    return torch
+
+
+def ext_modules():
+    torch = import_build_torch()
     from torch.utils.cpp_extension import CppExtension, CUDAExtension, CUDA_HOME
 
     cpp = sorted(p for p in glob.glob("csrc/**/*.cpp", recursive=True))
@@ -59,6 +85,23 @@ def build_ext_class():
     return BuildExtension.with_options(use_ninja=True)
 
 
+def torch_requirement():
+    """The torch the library was compiled against (its C++ ABI binds it to that version); an
+    installed torch satisfies it, so pip never swaps (or downloads) torch for this package."""
+    import torch
+    return f"torch=={torch.__version__.split('+')[0]}"
+
+
+# The ops layer needs torch only; the mm layer (models, datasets, metric, configs) the
+# OpenMMLab stack: `pip install -e ".[mm]"`. mmcv is apart, in "mim" as mmdet has it: PyPI has
+# only its source, which pip builds without the compiled ops (nms_rotated, ...) that we need, so
+# it is installed first with its ops (README, "Installing by hand").
+MM_REQUIRES = ["mmengine>=0.10.0,<1.0.0", "mmdet>=3.3.0,<3.4.0", "e2cnn>=0.2.3", "numpy",
+               "opencv-python", "pillow", "shapely", "terminaltables", "tqdm"]
+MIM_REQUIRES = ["mmcv>=2.1.0,<2.2.0"]
+TEST_REQUIRES = ["pytest>=8", "hypothesis>=6"]
+
+
 warn_if_libstdcxx_is_not_shared()
 
 setup(
@@ -69,6 +112,8 @@ setup(
     packages=find_packages(include=["redet_plugin", "redet_plugin.*"]),
     python_requires=">=3.10",
     ext_modules=ext_modules(),
+    install_requires=[torch_requirement()],
+    extras_require={"mm": MM_REQUIRES, "mim": MIM_REQUIRES, "tests": TEST_REQUIRES},
     cmdclass={"build_ext": build_ext_class()},
     zip_safe=False,
 )

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-import redet_plugin  # noqa: F401
+import redet_plugin.ops  # noqa: F401
 from redet_plugin.ops import riroi_align_rotated, riroi_align_rotated_multilevel
 
 # (batch, height, width, rois): off-map, 1 x 1 map, no RoIs, a RoI covering the whole map

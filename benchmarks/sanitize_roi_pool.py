@@ -6,7 +6,7 @@ a channels-last view at an odd storage offset (misaligned pairs). Every case run
 (the transpose kernel), channels-last input, and the misaligned channels-last view."""
 import torch
 
-import redet_plugin  # noqa: F401
+import redet_plugin.ops  # noqa: F401
 
 
 def channels_last_at_offset(x, offset):

@@ -3,7 +3,7 @@ forward, backward, deterministic backward) for compute-sanitizer, with the edge 
 produces: no RoIs, levels without RoIs, RoIs off the map, 1x1 maps at the coarsest levels."""
 import torch
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers RedetRiRoIAlignRotated)
 from redet_plugin.models.roi_extractors import RotatedSingleRoIExtractor
 
 LAYER = dict(type="RedetRiRoIAlignRotated", output_size=3, num_samples=2, num_orientations=4,

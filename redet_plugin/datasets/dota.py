@@ -5,8 +5,9 @@ quadrilateral (minimum-area rectangle), so mmdet's `LoadAnnotations(box_type='re
 RotatedBoxes. The quadrilateral itself stays in 'polygon'.
 """
 import glob
-import warnings
 import os.path as osp
+import warnings
+from collections import Counter
 from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -29,7 +30,8 @@ class DOTAAnnotationError(ValueError):
 
 
 class DOTAAnnotationWarning(UserWarning):
-    """A malformed line or missing image was skipped (on_bad_line='warn')."""
+    """Annotations were skipped: a malformed line or missing image (on_bad_line='warn'), or
+    objects whose class is not in metainfo.classes."""
 
 
 def parse_dota_line(line: str) -> Optional[Tuple[List[float], str, int]]:
@@ -73,7 +75,9 @@ class DOTADataset(BaseDetDataset):
         ignore_difficult: flag objects with difficulty >= 1 as `ignore_flag=1` (mmdet then packs
             them into `ignored_instances`; the metric ignores them). False trains on them too.
         filter_cfg: dict(filter_empty_gt=True) drops training images without (non-ignored) objects.
-    Objects whose class is not in `classes` are left out (train on a subset of the classes).
+    Objects whose class is not in `classes` are left out (train on a subset of the classes), with
+    one DOTAAnnotationWarning per such class name and load, giving its count (a misspelt class
+    in the config would otherwise empty that class without a word).
     """
 
     METAINFO = dict(classes=DOTA_V1_CLASSES,
@@ -115,6 +119,7 @@ class DOTADataset(BaseDetDataset):
             raise DOTAAnnotationError(f'DOTADataset: ann_file must be a folder of DOTA txt files, '
                                       f'{self.ann_file!r} is not a folder')
         class_ids = {name: i for i, name in enumerate(self.metainfo['classes'])}
+        unknown = Counter()  # class name -> objects dropped, over all files
         data_list = []
         for txt in sorted(glob.glob(osp.join(self.ann_file, '*.txt'))):
             stem = osp.splitext(osp.basename(txt))[0]
@@ -122,10 +127,14 @@ class DOTADataset(BaseDetDataset):
             if img_path is None:
                 self._bad(f'{txt}: no image {stem}.{{{",".join(self.img_suffixes)}}} in {img_dir}')
                 continue
-            data_list.append(self._image_info(img_path, self._parse_file(txt, class_ids)))
+            data_list.append(self._image_info(img_path, self._parse_file(txt, class_ids, unknown)))
+        for name, count in sorted(unknown.items()):
+            warnings.warn(f'DOTADataset: {count} object{"s" if count != 1 else ""} of unknown class '
+                          f'{name!r} (not in metainfo.classes) {"were" if count != 1 else "was"} '
+                          f'dropped ({self.ann_file})', DOTAAnnotationWarning)
         return data_list
 
-    def _parse_file(self, txt: str, class_ids: dict) -> List[dict]:
+    def _parse_file(self, txt: str, class_ids: dict, unknown: Counter) -> List[dict]:
         rows = []  # (line number, line, coords, class, difficulty)
         with open(txt) as f:
             lines = f.readlines()
@@ -147,6 +156,7 @@ class DOTADataset(BaseDetDataset):
                 self._bad(f'{txt}, line {number}: degenerate polygon (zero area): {line.strip()!r}')
                 continue
             if name not in class_ids:
+                unknown[name] += 1
                 continue
             ignore = self.ignore_difficult and difficulty >= 1
             instances.append(dict(bbox=rbox, bbox_label=class_ids[name], ignore_flag=int(ignore),

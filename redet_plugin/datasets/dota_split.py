@@ -2,7 +2,7 @@
 
 Patches of `patch_size` slide by `patch_size - gap`; the last row/column is moved back to end at
 the image border; patches smaller than `patch_size` (small images) are zero-padded. Patch ids are
-`<image>__<rate>__<left>___<top>` (evaluation.patch_merge maps detections back).
+`<image>__<rate>__<left>___<top>` (patch_naming.py; evaluation.patch_merge maps detections back).
 Per object and patch, with r = area(object ∩ patch) / area(object):
   r == 1            kept as is (coordinates shifted);
   thresh < r < 1    kept as the minimum-area rectangle of the intersection, marked difficult (2);
@@ -17,9 +17,9 @@ import cv2
 import numpy as np
 from shapely.geometry import Polygon, box
 
-from ..evaluation.patch_merge import patch_id
 from ..structures import qbox2rbox, rbox2qbox
 from .dota import parse_dota_line
+from .patch_naming import patch_id
 
 DotaObject = Tuple[np.ndarray, str, int]  # polygon (8,), class name, difficulty
 

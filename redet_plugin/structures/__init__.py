@@ -1,7 +1,7 @@
 """Rotated boxes: the 'redet_rbox' box type for mmdet and plain conversion helpers (le90 convention)."""
-from .rbox_ops import (hbox2rbox, norm_angle, qbox2rbox, rbox2hbox, rbox2qbox,
-                       regularize_rboxes)
+from .rbox_ops import (hbox2rbox, hbox_as_prior, norm_angle, qbox2rbox, rbox2hbox, rbox2qbox,
+                       regularize_rboxes, rescale_rboxes)
 from .rotated_boxes import RotatedBoxes
 
 __all__ = ['RotatedBoxes', 'norm_angle', 'regularize_rboxes', 'rbox2qbox', 'qbox2rbox',
-           'rbox2hbox', 'hbox2rbox']
+           'rbox2hbox', 'hbox2rbox', 'hbox_as_prior', 'rescale_rboxes']

@@ -1,4 +1,4 @@
-"""Plain functions on rotated boxes: angle convention, polygons, enclosing horizontal boxes.
+"""All rotated-box math: angle convention, polygons, enclosing horizontal boxes, rescaling.
 
 Convention (le90, as mmrotate's `le90` and the ReDet configs):
 - a rotated box is (cx, cy, w, h, theta), image coordinates (x right, y down), theta in radians;
@@ -95,3 +95,44 @@ def hbox2rbox(hboxes: Tensor) -> Tensor:
     wh = hboxes[..., 2:] - hboxes[..., :2]
     theta = wh.new_zeros(wh.shape[:-1] + (1,))
     return regularize_rboxes(torch.cat([ctr, wh, theta], dim=-1))
+
+
+def hbox_as_prior(hboxes: Tensor) -> Tensor:
+    """(..., 4) (x1, y1, x2, y2) -> (..., 5) (cx, cy, x2 - x1, y2 - y1, 0).
+
+    Unlike hbox2rbox this keeps w and h as they are (no le90 swap for tall boxes): stage-1
+    deltas are measured against the horizontal RoI's own width and height.
+    """
+    _check_last_dim(hboxes, 4, "hbox_as_prior(hboxes)")
+    x1, y1, x2, y2 = hboxes.unbind(-1)
+    return torch.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1, torch.zeros_like(x1)], -1)
+
+
+def rescale_rboxes(boxes: Tensor, scale_x: float, scale_y: float) -> Tensor:
+    """Scales (..., 5) rotated boxes by (scale_x, scale_y) about the origin; le90 result.
+
+    Unequal scales turn a rectangle into a parallelogram. We keep the parallelogram's longer side
+    (its direction and length) and its area: the other side is the parallelogram's height over
+    the kept one. Exact for equal scales and for axis-aligned boxes. (Keeping both scaled side
+    lengths overstates the area; mmrotate's RotatedBoxes.rescale_ always keeps the h side's
+    direction, which turns long thin boxes away from their true direction: on random boxes and
+    scales in [0.3, 3] its worst IoU with the true parallelogram was near 0, this one's 0.6.)
+    """
+    _check_last_dim(boxes, 5, "rescale_rboxes(boxes)")
+    for name, value in (("scale_x", scale_x), ("scale_y", scale_y)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"rescale_rboxes: {name} must be a positive finite number, got {value}")
+    x, y, w, h, theta = boxes.unbind(-1)
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    # The images of the box's w side (cos, sin) * w and h side (-sin, cos) * h.
+    w_len = w * torch.hypot(scale_x * cos, scale_y * sin)
+    h_len = h * torch.hypot(scale_x * sin, scale_y * cos)
+    area = w * h * (scale_x * scale_y)
+    keep_w = w_len >= h_len
+    tiny = torch.finfo(boxes.dtype).tiny  # degenerate boxes: 0 area over 0 length stays 0
+    new_w = torch.where(keep_w, w_len, area / h_len.clamp_min(tiny))
+    new_h = torch.where(keep_w, area / w_len.clamp_min(tiny), h_len)
+    # theta of the kept side: the w side's angle, or the angle whose h side is the scaled h side.
+    new_theta = torch.where(keep_w, torch.atan2(scale_y * sin, scale_x * cos),
+                            torch.atan2(scale_x * sin, scale_y * cos))
+    return regularize_rboxes(torch.stack([x * scale_x, y * scale_y, new_w, new_h, new_theta], -1))

@@ -16,7 +16,8 @@ from mmdet.structures.bbox import (BaseBoxes, register_box,
 from mmdet.structures.mask import BitmapMasks, PolygonMasks
 from torch import BoolTensor, Tensor
 
-from .rbox_ops import hbox2rbox, qbox2rbox, rbox2hbox, rbox2qbox, regularize_rboxes
+from .rbox_ops import (hbox2rbox, qbox2rbox, rbox2hbox, rbox2qbox, regularize_rboxes,
+                       rescale_rboxes)
 
 
 @register_box(name='redet_rbox')
@@ -110,18 +111,11 @@ class RotatedBoxes(BaseBoxes):
         self.tensor = qbox2rbox(mapped.reshape(-1, 8)).reshape(boxes.shape).to(boxes)
 
     def rescale_(self, scale_factor: Tuple[float, float]) -> None:
-        """Scales x by sx and y by sy. A non-uniform scale turns a rotated rectangle into a
-        parallelogram; w and h become the lengths of the scaled sides, theta the scaled w side's angle."""
+        """Scales x by sx and y by sy (centres and sizes); see rbox_ops.rescale_rboxes for what
+        a non-uniform scale does to a rotated rectangle."""
         if len(scale_factor) != 2:
             raise ValueError(f"RotatedBoxes.rescale_: scale_factor must have 2 values, got {scale_factor}")
-        sx, sy = float(scale_factor[0]), float(scale_factor[1])
-        boxes = self.tensor
-        cos, sin = torch.cos(boxes[..., 4]), torch.sin(boxes[..., 4])
-        cx, cy = boxes[..., 0] * sx, boxes[..., 1] * sy
-        w = boxes[..., 2] * torch.sqrt((sx * cos) ** 2 + (sy * sin) ** 2)
-        h = boxes[..., 3] * torch.sqrt((sx * sin) ** 2 + (sy * cos) ** 2)
-        theta = torch.atan2(sy * sin, sx * cos)
-        self.tensor = regularize_rboxes(torch.stack([cx, cy, w, h, theta], dim=-1))
+        self.tensor = rescale_rboxes(self.tensor, float(scale_factor[0]), float(scale_factor[1]))
 
     def resize_(self, scale_factor: Tuple[float, float]) -> None:
         """Scales w and h about the box centres (the centres stay)."""

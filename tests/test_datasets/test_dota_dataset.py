@@ -1,5 +1,6 @@
 """DOTADataset: parsing, difficult/ignore flags, empty images, bad lines, mmdet pipeline output."""
 import math
+import warnings
 
 import cv2
 import numpy as np
@@ -71,6 +72,29 @@ def test_default_classes_are_dota_v1(tmp_path):
     ds = build(write_dota(tmp_path, GOOD), metainfo=None)
     assert ds.metainfo['classes'] == DOTA_V1_CLASSES and len(DOTA_V1_CLASSES) == 15
     assert len(ds.get_data_info(0)['instances']) == 4  # harbor is a DOTA class
+
+
+def test_unknown_class_names_warn_once_per_name_with_their_count(tmp_path):
+    """A misspelt class in the config ('small vehicle') would empty that class without a word."""
+    root = write_dota(tmp_path, dict(GOOD, d=['1 1 9 1 9 5 1 5 small-vehicle 0', '1 1 9 1 9 5 1 5 ship 0',
+                                              '2 2 9 2 9 5 2 5 small-vehicle 1']))
+    with pytest.warns(DOTAAnnotationWarning) as record:
+        ds = build(root, metainfo=dict(classes=('plane', 'ship', 'small vehicle')))
+    messages = sorted(str(w.message) for w in record if w.category is DOTAAnnotationWarning)
+    assert messages == [
+        "DOTADataset: 1 object of unknown class 'harbor' (not in metainfo.classes) was dropped "
+        f"({root / 'labelTxt'})",
+        "DOTADataset: 4 objects of unknown class 'small-vehicle' (not in metainfo.classes) were "
+        f"dropped ({root / 'labelTxt'})"]
+    assert [i['bbox_label'] for i in ds.get_data_info(0)['instances']] == [0, 1]
+    assert [i['bbox_label'] for i in ds.get_data_info(3)['instances']] == [1]  # the ship stays
+
+
+def test_known_class_names_do_not_warn(tmp_path):
+    root = write_dota(tmp_path, GOOD)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', DOTAAnnotationWarning)
+        build(root, metainfo=None)  # DOTA-v1 classes: harbor included
 
 
 def test_ignore_difficult_false_keeps_them_as_objects(tmp_path):

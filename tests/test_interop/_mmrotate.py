@@ -30,8 +30,14 @@ def ensure_torchvision_transforms() -> None:
 
 
 def register_mmrotate() -> None:
+    """Registers mmrotate's modules; a stand-in is removed again afterwards (mmrotate keeps its
+    reference), so that code asking for torchvision later sees it missing, as without mmrotate."""
+    import sys
     ensure_torchvision_transforms()
     from mmrotate.utils import register_all_modules
     register_all_modules(init_default_scope=False)
+    if getattr(sys.modules.get("torchvision"), "__redet_stand_in__", False):
+        for name in ("torchvision", "torchvision.transforms", "torchvision.transforms.functional"):
+            del sys.modules[name]
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import mmdet
+import pytest
 from mmdet.registry import MODELS
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
@@ -33,7 +34,7 @@ def _run_mmdet_tool(script: str, args, cwd: Path) -> str:
 
 
 def test_config_pools_rois_with_our_roipool():
-    cfg = Config.fromfile(str(CONFIG))  # runs custom_imports = ['redet_plugin']
+    cfg = Config.fromfile(str(CONFIG))  # runs custom_imports = ['redet_plugin.mm']
     init_default_scope("mmdet")
     model = MODELS.build(cfg.model)
     layers = model.roi_head.bbox_roi_extractor.roi_layers
@@ -58,3 +59,42 @@ def test_mmdet_train_and_test_tools_run_the_config(tmp_path):
                                            "--cfg-options", "model.test_cfg.rcnn.score_thr=0.0"],
                                tmp_path)
     assert re.search(r"Epoch\(test\) \[2/2\].*coco/bbox_mAP: [0-9.]+", test_log), test_log[-3000:]
+
+
+def _over_mmdet_faster_rcnn(tmp_path, roi_head: str) -> Config:
+    """A user config over mmdet's own Faster R-CNN base (merged by mmengine as users get it)."""
+    path = tmp_path / "faster-rcnn_r50_fpn_roipool-head.py"
+    path.write_text("_base_ = 'mmdet::faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py'\n"
+                    "custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)\n"
+                    f"model = dict(roi_head={roi_head})\n")
+    return Config.fromfile(str(path))
+
+
+def test_roipool_head_over_a_base_roi_head_is_an_error_not_80_classes(tmp_path):
+    """The base's bbox_head (num_classes=80) survives the merge: the head must not silently
+    train an 81-way classifier for a 3-class set."""
+    cfg = _over_mmdet_faster_rcnn(tmp_path, "dict(type='RedetRoIPoolRoIHead', num_classes=3)")
+    assert cfg.model.roi_head.bbox_head.num_classes == 80  # what the merge hands the head
+    init_default_scope("mmdet")
+    with pytest.raises(ValueError, match=r"num_classes=3 but bbox_head\.num_classes=80.*"
+                                         r"roi_head=dict\(_delete_=True, type='RedetRoIPoolRoIHead'"):
+        MODELS.build(cfg.model)
+
+
+def test_roipool_head_over_a_base_roi_head_with_delete(tmp_path):
+    cfg = _over_mmdet_faster_rcnn(
+        tmp_path, "dict(_delete_=True, type='RedetRoIPoolRoIHead', num_classes=3)")
+    init_default_scope("mmdet")
+    model = MODELS.build(cfg.model)
+    head = model.roi_head
+    assert head.bbox_head.num_classes == 3 and head.bbox_head.fc_cls.out_features == 4
+    assert all(type(layer) is RoIPool for layer in head.bbox_roi_extractor.roi_layers)
+    assert head.train_cfg.sampler.num == 512  # the detector still hands the base's rcnn cfg on
+
+
+def test_roipool_head_over_a_base_roi_head_warns_when_it_would_not_pool_with_roipool(tmp_path):
+    cfg = _over_mmdet_faster_rcnn(tmp_path, "dict(type='RedetRoIPoolRoIHead')")  # 80 classes: no conflict
+    init_default_scope("mmdet")
+    with pytest.warns(UserWarning, match=r"\(SingleRoIExtractor\) pools with mmcv\.ops\.roi_align"
+                                         r"\.RoIAlign, not redet_plugin's RoIPool.*_delete_=True"):
+        MODELS.build(cfg.model.roi_head)

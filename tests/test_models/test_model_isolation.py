@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-import redet_plugin  # noqa: F401
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.models.backbones import ReResNet
 from redet_plugin.models.necks import ReFPN
 

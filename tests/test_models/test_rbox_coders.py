@@ -8,7 +8,6 @@ from mmdet.registry import TASK_UTILS
 from shapely.geometry import Polygon
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-from redet_plugin.models.task_modules.rbox_geometry import rescale_rboxes
 from redet_plugin.structures import rbox2hbox, regularize_rboxes
 
 
@@ -94,17 +93,3 @@ def test_rotated_iou_empty_and_bad_inputs():
     assert iou(torch.rand(2, 6), torch.zeros(0, 5)).shape == (2, 0)
     with pytest.raises(ValueError, match=r'bboxes2: expected \(N, 5\) or \(N, 6\)'):
         iou(torch.rand(2, 5), torch.rand(2, 4))
-
-
-def test_rescale_rboxes_uniform_scale():
-    boxes = random_rboxes(8, 4)
-    scaled = rescale_rboxes(boxes, 2.0, 2.0)
-    assert torch.allclose(scaled[:, :4], boxes[:, :4] * 2) and same_rectangles(
-        torch.cat([scaled[:, :4] / 2, scaled[:, 4:]], 1), boxes)
-
-
-def test_rescale_rboxes_unequal_scales_on_axis_aligned_boxes():
-    boxes = torch.tensor([[10., 20., 8., 4., 0.], [10., 20., 8., 4., math.pi / 2]])
-    scaled = rescale_rboxes(boxes, 2.0, 3.0)
-    assert torch.allclose(scaled[0], torch.tensor([20., 60., 16., 12., 0.]))
-    assert torch.allclose(scaled[1], torch.tensor([20., 60., 24., 8., math.pi / 2]), atol=1e-5)

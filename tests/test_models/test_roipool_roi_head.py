@@ -66,8 +66,30 @@ def test_pooled_size_and_bbox_head_input_must_agree():
 
 def test_an_override_with_another_type_replaces_the_preset():
     init_default_scope("mmdet")
-    head = MODELS.build(dict(
-        type="RedetRoIPoolRoIHead", num_classes=2,
-        bbox_roi_extractor=dict(roi_layer=dict(type="RoIAlign", output_size=7, sampling_ratio=0))))
+    with pytest.warns(UserWarning, match=r"pools with mmcv\.ops\.roi_align\.RoIAlign, not "
+                                         r"redet_plugin's RoIPool"):
+        head = MODELS.build(dict(
+            type="RedetRoIPoolRoIHead", num_classes=2,
+            bbox_roi_extractor=dict(roi_layer=dict(type="RoIAlign", output_size=7,
+                                                   sampling_ratio=0))))
     layer = head.bbox_roi_extractor.roi_layers[0]
     assert type(layer).__module__.startswith("mmcv.ops") and type(layer).__name__ == "RoIAlign"
+
+
+def test_explicit_arguments_that_the_dicts_contradict_are_an_error():
+    init_default_scope("mmdet")
+    with pytest.raises(ValueError, match=r"num_classes=3 but bbox_head\.num_classes=5; "
+                                         r"in_channels=64 but bbox_roi_extractor\.out_channels=128"):
+        MODELS.build(dict(type="RedetRoIPoolRoIHead", num_classes=3, in_channels=64,
+                          bbox_head=dict(num_classes=5),
+                          bbox_roi_extractor=dict(out_channels=128)))
+    with pytest.raises(ValueError, match=r"roi_size=5 but bbox_roi_extractor\.roi_layer\."
+                                         r"output_size=7"):
+        MODELS.build(dict(type="RedetRoIPoolRoIHead", roi_size=5,
+                          bbox_roi_extractor=dict(roi_layer=dict(output_size=7))))
+    # the same value in both places, or a value set in one place only, is fine
+    head = MODELS.build(dict(type="RedetRoIPoolRoIHead", num_classes=3, roi_size=5,
+                             bbox_head=dict(num_classes=3, roi_feat_size=(5, 5))))
+    assert head.bbox_head.num_classes == 3
+    assert MODELS.build(dict(type="RedetRoIPoolRoIHead", bbox_head=dict(num_classes=4))
+                        ).bbox_head.num_classes == 4

@@ -11,8 +11,9 @@ from mmdet.structures.mask import BitmapMasks, PolygonMasks
 from shapely.geometry import Polygon
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-from redet_plugin.structures import (RotatedBoxes, hbox2rbox, norm_angle, qbox2rbox, rbox2hbox,
-                                     rbox2qbox, regularize_rboxes)
+from redet_plugin.structures import (RotatedBoxes, hbox2rbox, hbox_as_prior, norm_angle,
+                                     qbox2rbox, rbox2hbox, rbox2qbox, regularize_rboxes,
+                                     rescale_rboxes)
 
 
 def random_rboxes(n, seed=0, regular=True):
@@ -164,6 +165,69 @@ def test_rescale_and_resize():
     assert torch.allclose(resized.tensor, regularize_rboxes(torch.tensor([[10.0, 20.0, 4.0, 8.0, 0.3]])))
     with pytest.raises(ValueError, match='scale_factor'):
         resized.rescale_((1.0,))
+
+
+def test_rescale_unequal_scales_on_axis_aligned_boxes():
+    boxes = torch.tensor([[10., 20., 8., 4., 0.], [10., 20., 8., 4., math.pi / 2]])
+    scaled = rescale_rboxes(boxes, 2.0, 3.0)
+    assert torch.allclose(scaled[0], torch.tensor([20., 60., 16., 12., 0.]))
+    assert_same_rectangles(scaled[1:], torch.tensor([[20., 60., 24., 8., math.pi / 2]]), atol=1e-5)
+
+
+def test_rescale_keeps_the_longer_scaled_side_and_the_area():
+    # w side along (1, 1), h side along (-1, 1); x doubled: w side -> (4, 2), h side -> (-2, 1)
+    box = torch.tensor([[0.0, 0.0, 2 * math.sqrt(2), math.sqrt(2), math.pi / 4]], dtype=torch.float64)
+    scaled = rescale_rboxes(box, 2.0, 1.0)
+    expected = [0.0, 0.0, 2 * math.sqrt(5), 8 / (2 * math.sqrt(5)), math.atan2(1, 2)]
+    assert torch.allclose(scaled[0], torch.tensor(expected, dtype=torch.float64), atol=1e-12)
+    # here the h side becomes the longer one: it keeps its direction and becomes w (le90)
+    tall = torch.tensor([[0.0, 0.0, 4.0, 2.0, 0.3]], dtype=torch.float64)
+    scaled = rescale_rboxes(tall, 1.0, 5.0)
+    h_side = torch.tensor([-math.sin(0.3), 5 * math.cos(0.3)], dtype=torch.float64) * 2
+    assert scaled[0, 2].item() == pytest.approx(h_side.norm().item())
+    assert (scaled[0, 2] * scaled[0, 3]).item() == pytest.approx(4.0 * 2.0 * 5.0)
+    long_side = torch.stack([torch.cos(scaled[0, 4]), torch.sin(scaled[0, 4])])
+    assert abs(torch.dot(long_side, h_side / h_side.norm()).item()) == pytest.approx(1.0)
+
+
+def test_rescale_fits_the_scaled_parallelogram():
+    """Under unequal scales a rotated box's true image is a parallelogram: the rescaled box keeps
+    its area and overlaps it well (IoU >= 0.6 here; keeping both side lengths along the scaled w
+    side went down to 0.15, mmrotate's formula to 0.002)."""
+    g = torch.Generator().manual_seed(11)
+    boxes = random_rboxes(300, seed=11)
+    scales = 0.3 + torch.rand(300, 2, generator=g, dtype=torch.float64) * 2.7
+    for box, (sx, sy) in zip(boxes, scales.tolist()):
+        scaled = rescale_rboxes(box[None], sx, sy)
+        exact = Polygon(corners(box[None])[0].numpy() * [sx, sy])
+        fitted = Polygon(corners(scaled)[0].numpy())
+        assert fitted.area == pytest.approx(exact.area, rel=1e-9)
+        assert exact.intersection(fitted).area / exact.union(fitted).area >= 0.6
+
+
+def test_rescale_is_le90_and_shared_by_rotated_boxes():
+    boxes = random_rboxes(200, seed=12)
+    scaled = rescale_rboxes(boxes, 0.4, 2.5)
+    assert (scaled[:, 2] >= scaled[:, 3]).all()
+    assert (scaled[:, 4] >= -math.pi / 2).all() and (scaled[:, 4] < math.pi / 2).all()
+    as_boxes = RotatedBoxes(boxes.clone())
+    as_boxes.rescale_((0.4, 2.5))
+    assert torch.equal(as_boxes.tensor, scaled)
+    # equal scales: the same rectangles, scaled
+    assert_same_rectangles(rescale_rboxes(boxes, 3.0, 3.0),
+                           qbox2rbox(corners(boxes).reshape(-1, 8) * 3), atol=1e-4)
+    for bad in (0.0, -1.0, float('nan'), float('inf')):
+        with pytest.raises(ValueError, match='scale_y must be a positive finite number'):
+            rescale_rboxes(boxes, 1.0, bad)
+    assert rescale_rboxes(torch.zeros(2, 5), 2.0, 3.0).eq(0).all()  # degenerate: no NaN
+
+
+def test_hbox_as_prior_keeps_width_and_height():
+    prior = hbox_as_prior(torch.tensor([[0.0, 0.0, 4.0, 10.0]]))
+    assert prior.tolist() == [[2.0, 5.0, 4.0, 10.0, 0.0]]
+    assert hbox2rbox(torch.tensor([[0.0, 0.0, 4.0, 10.0]]))[0, 2] == 10.0  # le90 swaps; the prior does not
+    with pytest.raises(ValueError, match=r'hbox_as_prior\(hboxes\): expected a tensor of shape'):
+        hbox_as_prior(torch.zeros(3, 5))
 
 
 def test_translate_and_clip():

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from redet_plugin.utils.registration import register
 
-from ..task_modules.rbox_geometry import rescale_rboxes
+from ...structures import rescale_rboxes
 
 
 def empty_rotated_results(device, num_classes: int, with_nms: bool = True) -> InstanceData:

@@ -8,8 +8,8 @@ from torch import Tensor
 
 from redet_plugin.utils.registration import register
 
+from ...structures import hbox_as_prior
 from .rbox_delta_math import check_coder_args, decode_rbox_deltas, encode_rbox_deltas
-from .rbox_geometry import hbox_as_prior
 
 
 @register(TASK_UTILS)
