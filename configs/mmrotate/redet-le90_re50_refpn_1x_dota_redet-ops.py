@@ -1,0 +1,32 @@
+# mmrotate-dev 1.0.1's ReDet (redet/redet-le90_re50_refpn_1x_dota.py, taken from the installed
+# mmrotate package) with one change: the second stage pools its rotated RoIs with redet_plugin's
+# extractor and RiRoIAlignRotated (one kernel launch for all FPN levels instead of mmrotate's
+# per-level loop). Use it with mmrotate's own tools, e.g.
+#   python <mmrotate>/.mim/tools/train.py configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py
+# Stage 1 keeps mmcv's RoIAlign (we have no RoIAlign of our own); the rest is mmrotate's config.
+_base_ = 'mmrotate::redet/redet-le90_re50_refpn_1x_dota.py'
+custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
+
+model = dict(
+    roi_head=dict(bbox_roi_extractor=[
+        # A list replaces the base's list as a whole, so stage 1 is repeated as mmrotate has it.
+        dict(
+            type='mmdet.SingleRoIExtractor',
+            roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0),
+            out_channels=256,
+            featmap_strides=[4, 8, 16, 32]),
+        dict(
+            type='mmdet.RedetRotatedSingleRoIExtractor',
+            roi_layer=dict(
+                type='RedetRiRoIAlignRotated',
+                output_size=7,
+                num_samples=2,
+                num_orientations=8,
+                clockwise=True,
+                # True: the same features as mmcv's kernel, so mmrotate's checkpoints give their
+                # published results. False: orientation interpolation continuous in theta (the
+                # corrected kernel) for models trained with it.
+                legacy_orientation=True),
+            out_channels=256,
+            featmap_strides=[4, 8, 16, 32]),
+    ]))
