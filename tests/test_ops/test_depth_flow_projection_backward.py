@@ -6,7 +6,7 @@ the CPU, which makes the same calls in the same order."""
 import pytest
 import torch
 
-from tests.test_ops._flow_hole_cases import KINDS, exact_hole_case, hole_case
+from benchmarks.flow_inputs import HOLE_KINDS, exact_hole_case, hole_case
 from tests.test_ops.test_depth_flow_projection import CUDA, OP, ours_and_reference_grads
 
 # (batch, height, width): partial tiles both ways, several tiles per row and per column, one row,
@@ -39,7 +39,7 @@ def test_exact_cases_match_reference(shape, fill):
 
 
 @pytest.mark.parametrize("shape", [(2, 75, 130), (1, 200, 300)])  # (runs over up to 10 tiles)
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", HOLE_KINDS)
 def test_large_holes_across_tiles_match_reference(kind, shape):
     flow, depth = hole_case(kind, *shape, seed=len(kind), dtype=torch.float64)
     ours, ref = ours_and_reference_grads(flow, depth, 1.0, True)
