@@ -1,6 +1,6 @@
 """RiRoIAlignRotated: rotation-invariant RoI align for rotated RoIs (ReDet).
 
-Schemas and kernels: csrc/riroi_align_rotated/ (geometry shared in csrc/common/riroi_geometry.h).
+Schemas, kernels and the geometry both backends share (riroi_geometry.h): csrc/riroi_align_rotated/.
 input (N, C*nO, H, W) holds C orientation fields of nO channels each (channel c*nO + o); rois are
 (K, 6) = (batch_index, cx, cy, w, h, theta in radians) in image coordinates, or a list of
 per-image (Ki, 5) boxes. Each RoI is sampled on its rotated grid (the peer's spatial rules: w, h

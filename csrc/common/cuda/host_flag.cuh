@@ -4,9 +4,9 @@
 // it, and is_set() waits for that event alone. An op arms the flag, enqueues its main kernels and
 // only then asks, so its one host synchronisation overlaps its own kernels.
 // Why not copy a device word back (as before): the copy needed a pinned allocation, an event
-// created and destroyed, and a side stream's wait, copy and record - about 11 us of host time per
-// call, which at (4, 2, 256, 448) was a quarter of the flow projection's time. The pinned word and
-// the event here come from a per-thread cache (host_flag.cu), so a call costs one event record.
+// created and destroyed, and a side stream's wait, copy and record - host time comparable to a
+// small op's whole GPU time. The pinned word and the event here come from a per-thread cache
+// (host_flag.cu), so a call costs one event record.
 #pragma once
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>

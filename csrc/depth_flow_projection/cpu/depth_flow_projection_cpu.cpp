@@ -1,19 +1,19 @@
 // Depth-aware flow projection on the CPU. The scatter runs image by image (parallel over the batch),
 // visiting source pixels in raster order, so it is deterministic. Normalisation and the hole
 // filling's row pass run parallel over rows, its column pass parallel over columns (the linear
-// sweeps of common/flow_hole_fill.h); the backward is a gather, parallel over rows.
+// sweeps of flow_hole_fill.h); the backward is a gather, parallel over rows.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include "common/flow_hole_fill.h"
-#include "common/flow_projection.h"
+#include "depth_flow_projection/flow_hole_fill.h"
+#include "depth_flow_projection/flow_projection.h"
 #include "depth_flow_projection/depth_flow_projection.h"
 
 namespace redet {
 namespace {
 
-// Row pass of the hole filling (common/flow_hole_fill.h), or plain normalisation without it:
+// Row pass of the hole filling (flow_hole_fill.h), or plain normalisation without it:
 // output and count of every non-hole; left + right partial sums of the holes.
 template <typename scalar_t, typename acc_t>
 void normalize_rows(const PlainSlots<acc_t>& slots, int64_t batch, int height, int width,

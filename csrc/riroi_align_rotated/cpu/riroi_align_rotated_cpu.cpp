@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "common/riroi_geometry.h"
+#include "riroi_align_rotated/riroi_geometry.h"
 #include "riroi_align_rotated/riroi_align_rotated.h"
 #include "riroi_align_rotated/riroi_align_rotated_ops.h"
 

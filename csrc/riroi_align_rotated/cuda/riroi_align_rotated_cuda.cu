@@ -25,10 +25,10 @@
 // a ChannelTile (coalesced: grad_output is (K, C, bins), bins contiguous) and each lane takes its
 // two outputs from its group's lanes by shuffles. Then every tap is one atomic request of 32
 // adjacent words: the chunk's channels of one pixel of a scratch laid out [level][n][pixel][C].
-// Why: the older one-thread-per-(group, RoI, bin, j) scatter (0.615 ms against the forward's
-// 0.199 ms on an H200, (2, 256, 256, 256), 1024 RoIs) spread a warp's request over the pixels of
-// 4 bins (nO = 8: 4 lines, 8 words each), recomputed the RoI geometry and the sample taps in every
-// thread, and read grad_output at 2 scattered words per thread; here the geometry is computed
+// Why: the older one-thread-per-(group, RoI, bin, j) scatter (three times the forward's time at
+// the training shape) spread a warp's request over the pixels of 4 bins (nO = 8: 4 lines, 8 words
+// each), recomputed the RoI geometry and the sample taps in every thread, and read grad_output at
+// 2 scattered words per thread; here the geometry is computed
 // once per warp (with num_samples == 2 the taps of 8 bins at once, shared through shared memory,
 // as in the forward), the reads are coalesced, and a float request is one 128-byte line. Then
 // one tiled transpose per level (channels_last_to_nchw, common/cuda/channels_last.cuh) turns the
@@ -48,7 +48,7 @@
 #include "common/cuda/channels_last.cuh"
 #include "common/cuda/roi_checks.cuh"
 #include "common/cuda_utils.cuh"
-#include "common/riroi_geometry.h"
+#include "riroi_align_rotated/riroi_geometry.h"
 #include "riroi_align_rotated/riroi_align_rotated.h"
 #include "riroi_align_rotated/riroi_align_rotated_ops.h"
 
@@ -87,9 +87,9 @@ __device__ __forceinline__ bool roi_level_and_image(const scalar_t* roi, const i
 // Work items (RoI, channel chunk) of the channels-last kernels go chunk-major: item = chunk *
 // num_rois + RoI. The warps in flight then share one chunk's channels of every pixel (training
 // shape: 2 x 256^2 pixels x 128 B = 17 MB, L2-resident) instead of all channels of the RoIs in
-// flight, whose footprints far exceed L2 (ncu, RoI-major forward: 3.3x the map's bytes read from
-// DRAM). On an H200 the backward's atomics went from 0.587 to 0.48-0.50 ms; the forward stayed at
-// ~0.18 ms (it is bound by its L1/L2 requests, not by DRAM).
+// flight, whose footprints far exceed L2 (RoI-major, the forward read the map from DRAM several
+// times over). The backward's atomics gained most; the forward, bound by its L1/L2 requests rather
+// than by DRAM, about the same either way.
 __device__ __forceinline__ int chunk_of_item(int64_t item, int64_t num_rois) {
   return static_cast<int>(item / num_rois);
 }
@@ -201,11 +201,10 @@ __device__ __forceinline__ acc_of_t<scalar_t> load_at(const char* lane_map, uint
 }
 
 // Sums of kBins consecutive bins (kSamples taps each, from compute_byte_taps) of the lane's
-// channel. All their loads are issued before any is used: ncu saw the one-bin-at-a-time loop
-// latency-bound (16 loads in flight per warp, 0.82 eligible warps per scheduler, 10.35 cycles per
-// issued instruction; a float16 map, half the bytes, was only 7% faster), so kBins = 2 doubles the
-// loads in flight. Off-map samples are skipped (warp-uniform) as in the CPU kernel, whose
-// expression and order each bin's sum keeps.
+// channel. All their loads are issued before any is used: the one-bin-at-a-time loop was
+// latency-bound (16 loads in flight per warp, under one eligible warp per scheduler; a float16 map,
+// half the bytes, was hardly faster), so kBins = 2 doubles the loads in flight. Off-map samples
+// are skipped (warp-uniform) as in the CPU kernel, whose expression and order each bin's sum keeps.
 template <int kBins, int kSamples, typename scalar_t, typename acc_t>
 __device__ __forceinline__ void fixed_grid_bin_sums(const ByteTaps<acc_t>* taps,
                                                     const char* lane_map, acc_t (&sums)[kBins]) {
@@ -265,9 +264,9 @@ __device__ __forceinline__ void compute_shared_taps(const RiRoIGeometry<acc_t>& 
 }
 
 // The forward splits a (RoI, chunk)'s bins into parts of at most 32 (one ChannelTile), as equal
-// as can be: 7 x 7 bins -> 25 + 24. A warp with all 49 bins of the training shape (2 x 256^2 x 256
-// map, 1024 RoIs) ran ~1/2.6 of the kernel's 165 us: 8192 items on 3168 warp slots, so the last
-// round left most slots idle, and a block holds its slot until its slowest warp is done. Parts of
+// as can be: 7 x 7 bins -> 25 + 24. With all 49 bins per warp, the training shape (2 x 256^2 x 256
+// map, 1024 RoIs) has 8192 items on 3168 warp slots, so the last round left most slots idle for a
+// large part of the kernel's time, and a block holds its slot until its slowest warp is done. Parts of
 // half the length halve that tail for one more RoI geometry per part.
 REDET_HOST_DEVICE int bin_parts(int bins) { return (bins + kWarp - 1) / kWarp; }
 

@@ -4,7 +4,7 @@
 #include <ATen/OpMathType.h>
 #include <torch/library.h>
 
-#include "common/roi_pool_geometry.h"
+#include "roi_pool/roi_pool_geometry.h"
 #include "roi_pool/roi_pool.h"
 
 namespace redet {

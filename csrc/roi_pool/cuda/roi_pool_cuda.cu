@@ -17,7 +17,7 @@
 //     odd C (a pair's offset would alternate between even and odd pixel by pixel), a misaligned
 //     data pointer (a channels-last view with an odd storage offset).
 // A bin's rectangle depends only on (k, ph, pw), so it is the same for all lanes: no divergence,
-// and the scan order and tie rule are those of the CPU kernel (common/roi_pool_geometry.h), so
+// and the scan order and tie rule are those of the CPU kernel (roi_pool_geometry.h), so
 // output and argmax are identical on both paths.
 // - A warp pools one bin row, not a whole RoI: a 64x64-pixel RoI would keep one warp busy for 4000+
 //   loads while small RoIs finish early; many smaller units keep every SM busy to the end.
@@ -31,11 +31,9 @@
 // Per pixel of a full batch of 8 (sm_90 SASS): the scalar path 17 instructions for one channel,
 // the vector path 15 for 2 16-bit channels, 13 for 2 fp32 ones (the address, scan step and padding
 // are shared; what is left per channel is the conversion, compare and 2 selects).
-// Measured on an H200 with L = 1 everywhere (benchmarks/results/roi_pool_h200.json): fp32 0.483 ms
-// on channels-last input, 0.555 with the transpose, torchvision 0.511; fp16 0.728 ms, slower than
-// the kernel this replaced (one thread per output bin on the NCHW map: fp32 0.576, fp16 0.556) -
-// 16-bit lanes read only 64 bytes per request and spend ~17 instructions per pixel on one channel.
-// Before that, one block per (image, channel) plane (0.67 ms).
+// Why the vector path: with L = 1 everywhere, 16-bit types were slower than the kernel this
+// replaced (one thread per output bin on the NCHW map), as their lanes read only 64 bytes per
+// request and spend ~17 instructions per pixel on one channel (times: benchmarks/results/).
 #include <ATen/OpMathType.h>
 #include <torch/library.h>
 
@@ -47,7 +45,7 @@
 #include "common/cuda/channels_last.cuh"
 #include "common/cuda/roi_checks.cuh"
 #include "common/cuda_utils.cuh"
-#include "common/roi_pool_geometry.h"
+#include "roi_pool/roi_pool_geometry.h"
 #include "roi_pool/cuda/lane_pair.cuh"
 #include "roi_pool/roi_pool.h"
 

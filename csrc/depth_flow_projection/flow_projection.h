@@ -5,7 +5,7 @@
 // (L,T) (R,T) (L,B) (R,B), L = floor(p.x), R = min(L+1, W-1), T = floor(p.y), B = min(T+1, H-1),
 // with equal weights (at the border one pixel can get the same contribution twice).
 // Output = sum / count; pixels with count <= 0 are holes, optionally filled with the mean of the
-// nearest non-holes to the left, right, top and bottom (common/flow_hole_fill.h). In the returned
+// nearest non-holes to the left, right, top and bottom (flow_hole_fill.h). In the returned
 // count a filled hole holds −(number of directions that found a non-hole), which is what the
 // fill's backward needs. Accumulators are 4 values per pixel, pixel-major: (sum_x, sum_y, count, unused)
 // (on CUDA, sums per corner (L, T), from which the pixels' sums follow: cuda/corner_sums.cuh).
