@@ -59,70 +59,8 @@ if _ext.is_loaded():
                                   channels, heights, widths):
         return [grad.new_empty((batch_size, channels, h, w)) for h, w in zip(heights, widths)]
 
-    def _setup_context(ctx, inputs, output):
-        input, rois, spatial_scale, _, _, *options = inputs
-        ctx.save_for_backward(rois)
-        ctx.input_shape = input.shape
-        ctx.scale_and_options = (spatial_scale, *options)
-
-    def _backward(ctx, grad_output):
-        (rois,) = ctx.saved_tensors
-        grad_input = None
-        if ctx.needs_input_grad[0]:
-            grad_input = torch.ops.redet._riroi_align_rotated_backward(
-                grad_output, rois, *ctx.scale_and_options, *ctx.input_shape)
-        return grad_input, None, None, None, None, None, None, None, None
-
-    def _setup_multilevel_context(ctx, inputs, output):
-        features, rois, levels, spatial_scales, _, _, *options = inputs
-        ctx.save_for_backward(rois, levels)
-        ctx.spatial_scales = spatial_scales
-        ctx.options = options
-        ctx.batch_and_channels = tuple(features[0].shape[:2])
-        ctx.heights = [f.shape[2] for f in features]
-        ctx.widths = [f.shape[3] for f in features]
-
-    def _multilevel_backward(ctx, grad_output):
-        rois, levels = ctx.saved_tensors
-        grads = None
-        if ctx.needs_input_grad[0]:
-            grads = torch.ops.redet._riroi_align_rotated_multilevel_backward(
-                grad_output, rois, levels, ctx.spatial_scales, *ctx.options,
-                *ctx.batch_and_channels, ctx.heights, ctx.widths)
-        return grads, None, None, None, None, None, None, None, None, None
-
-    # The backward is linear in grad_output and is the forward's transpose, so its own gradient
-    # (double backward) is the forward applied to the incoming gradient.
-    def _setup_backward_context(ctx, inputs, output):
-        grad_output, rois, spatial_scale, *options_and_shape = inputs
-        ctx.save_for_backward(rois)
-        ctx.args = (spatial_scale, *grad_output.shape[2:], *options_and_shape[:4])
-
-    def _double_backward(ctx, grad_grad_input):
-        (rois,) = ctx.saved_tensors
-        grad_grad_output = torch.ops.redet.riroi_align_rotated(grad_grad_input, rois, *ctx.args)
-        return (grad_grad_output,) + (None,) * 10
-
-    def _setup_multilevel_backward_context(ctx, inputs, output):
-        grad_output, rois, levels, spatial_scales, *options_and_shape = inputs
-        ctx.save_for_backward(rois, levels)
-        ctx.args = (spatial_scales, *grad_output.shape[2:], *options_and_shape[:4])
-
-    def _multilevel_double_backward(ctx, grad_grad_features):
-        rois, levels = ctx.saved_tensors
-        grad_grad_output = torch.ops.redet.riroi_align_rotated_multilevel(
-            list(grad_grad_features), rois, levels, *ctx.args)
-        return (grad_grad_output,) + (None,) * 11
-
-    torch.library.register_autograd("redet::riroi_align_rotated", _backward,
-                                    setup_context=_setup_context)
-    torch.library.register_autograd("redet::riroi_align_rotated_multilevel",
-                                    _multilevel_backward, setup_context=_setup_multilevel_context)
-    torch.library.register_autograd("redet::_riroi_align_rotated_backward", _double_backward,
-                                    setup_context=_setup_backward_context)
-    torch.library.register_autograd("redet::_riroi_align_rotated_multilevel_backward",
-                                    _multilevel_double_backward,
-                                    setup_context=_setup_multilevel_backward_context)
+    # Autograd (double backward included): csrc/riroi_align_rotated/riroi_align_rotated_autograd.cpp
+    # (in C++, so a call costs no Python round trip).
 
 
 def _options(num_samples, num_orientations, clockwise, legacy_orientation, op: str):

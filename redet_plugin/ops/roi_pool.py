@@ -25,34 +25,8 @@ if _ext.is_loaded():
     def _roi_pool_backward_fake(grad, rois, argmax, batch_size, channels, height, width):
         return grad.new_empty((batch_size, channels, height, width))
 
-    def _setup_context(ctx, inputs, output):
-        input, rois, *_ = inputs
-        ctx.save_for_backward(rois, output[1])
-        ctx.input_shape = input.shape
-
-    def _backward(ctx, grad_output, _grad_argmax):
-        rois, argmax = ctx.saved_tensors
-        grad_input = None
-        if ctx.needs_input_grad[0]:
-            grad_input = torch.ops.redet._roi_pool_backward(grad_output, rois, argmax,
-                                                            *ctx.input_shape)
-        return grad_input, None, None, None, None
-
-    def _setup_backward_context(ctx, inputs, output):
-        _, rois, argmax, *_ = inputs
-        ctx.save_for_backward(rois, argmax)
-
-    def _double_backward(ctx, grad_grad_input):
-        # The backward is linear in grad_output: its own gradient gathers at the argmax pixels.
-        rois, argmax = ctx.saved_tensors
-        planes = grad_grad_input.flatten(2)[rois[:, 0].long()]  # (K, C, H * W)
-        index = argmax.clamp(min=0).flatten(2).long()
-        grad_grad_output = planes.gather(2, index).view_as(argmax) * (argmax >= 0)
-        return grad_grad_output, None, None, None, None, None, None
-
-    torch.library.register_autograd("redet::roi_pool", _backward, setup_context=_setup_context)
-    torch.library.register_autograd("redet::_roi_pool_backward", _double_backward,
-                                    setup_context=_setup_backward_context)
+    # Autograd (double backward included): csrc/roi_pool/roi_pool_autograd.cpp (in C++, so a call
+    # costs no Python round trip).
 
 
 def roi_pool(input: torch.Tensor, rois: Union[torch.Tensor, List[torch.Tensor]],

@@ -159,6 +159,24 @@ def test_gradcheck_and_gradgradcheck_float64():
         assert torch.autograd.gradgradcheck(fn, (x,))
 
 
+def test_autograd_runs_in_cpp():
+    """Autograd of both ops and of their backward ops (double backward) is registered in C++
+    (csrc/riroi_align_rotated/riroi_align_rotated_autograd.cpp): no Python runs per call."""
+    x, rois = make_case(6, fields=1, nO=4, h=6, w=7, k=4)
+    x.requires_grad_(True)
+    prefix = "torch::autograd::CppNode<redet::(anonymous namespace)::"
+    out = call(x, rois, (2, 3), nO=4)
+    assert out.grad_fn.name() == prefix + "RiRoIAlignRotated>"
+    grad_output = torch.randn_like(out).requires_grad_(True)  # the backward is linear in it
+    (grad,) = torch.autograd.grad(out, x, grad_output, create_graph=True)
+    assert grad.grad_fn.name() == prefix + "RiRoIAlignRotatedBackward>"
+    levels = torch.zeros(4, dtype=torch.long)
+    out = riroi_align_rotated_multilevel([x], rois, levels, [0.5], (2, 3), 2, 4)
+    assert out.grad_fn.name() == prefix + "RiRoIAlignRotatedMultilevel>"
+    (grad,) = torch.autograd.grad(out, x, grad_output, create_graph=True)
+    assert grad.grad_fn.name() == prefix + "RiRoIAlignRotatedMultilevelBackward>"
+
+
 def test_rois_requiring_grad_get_none_and_do_not_crash():
     x, rois = make_case(7)
     rois.requires_grad_(True)
@@ -288,6 +306,7 @@ def test_multilevel_gradcheck_opcheck_and_compile():
     levels = torch.tensor([0, 1, 2, 0, 1, 2])
     fn = lambda *fs: riroi_align_rotated_multilevel(list(fs), rois, levels, scales, 2, 2, 4)  # noqa: E731
     assert torch.autograd.gradcheck(fn, tuple(features))
+    assert torch.autograd.gradgradcheck(fn, tuple(features))
     args = (features, rois, levels, scales, 2, 2, 2, 4, False, False)
     torch.library.opcheck(torch.ops.redet.riroi_align_rotated_multilevel.default, args)
     grad = torch.randn(6, 4, 2, 2, dtype=torch.float64)

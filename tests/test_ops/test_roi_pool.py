@@ -106,6 +106,18 @@ def test_double_backward_gradgradcheck():
     assert torch.autograd.gradgradcheck(lambda inp: roi_pool(inp, rois, (3, 2), 0.5), (x,))
 
 
+def test_autograd_runs_in_cpp():
+    """Autograd of the op and of its backward op (double backward) is registered in C++
+    (csrc/roi_pool/roi_pool_autograd.cpp): no Python runs per call."""
+    x, rois = make_case(5, torch.float64, c=2, h=7, w=8, k=5)
+    x.requires_grad_(True)
+    out, arg = torch.ops.redet.roi_pool(x, rois, 0.5, 3, 2)
+    assert out.grad_fn.name() == "torch::autograd::CppNode<redet::(anonymous namespace)::RoIPool>"
+    grad = torch.randn_like(out).requires_grad_(True)
+    grad_input = torch.ops.redet._roi_pool_backward(grad, rois, arg, *x.shape)
+    assert grad_input.grad_fn.name().endswith("::RoIPoolBackward>")
+
+
 def test_rois_requiring_grad_only_does_not_crash():
     x, rois = make_case(6)
     rois.requires_grad_(True)
