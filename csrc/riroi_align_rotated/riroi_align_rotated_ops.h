@@ -99,12 +99,8 @@ std::vector<at::Tensor> riroi_align_rotated_multilevel_backward_op(
   constexpr const char* op = "_riroi_align_rotated_multilevel_backward";
   const auto opt =
       riroi_backward_options(grad, num_samples, num_orientations, clockwise, legacy_orientation);
-  TORCH_CHECK(levels.dim() == 1 && levels.size(0) == rois.size(0) &&
-                  levels.scalar_type() == at::kLong,
-              op, ": levels must be an int64 tensor of shape (K,)");
-  TORCH_CHECK(levels.device() == rois.device(), op, ": levels must be on the device of rois (",
-              rois.device(), "), got ", levels.device());
   check_riroi_backward(grad, rois, channels, opt, op);
+  check_roi_levels(levels, rois, op);
   check_riroi_input_sizes(batch_size, heights, widths, spatial_scales, op);
   return backward_levels(grad, rois, levels, spatial_scales, opt, batch_size, channels, heights,
                          widths, op);

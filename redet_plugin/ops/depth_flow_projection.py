@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from .. import _ext
+from ._common import as_float
 
 OP = "depth_flow_projection"
 
@@ -50,35 +51,23 @@ if _ext.is_loaded():
     # costs no Python round trip).
 
 
-def _time(t) -> float:
-    if isinstance(t, bool) or not isinstance(t, (int, float)):
-        raise TypeError(f"{OP}: t must be a number in [0, 1], got {t!r}")
-    if not 0.0 <= float(t) <= 1.0:
-        raise ValueError(f"{OP}: t must be in [0, 1], got {t!r}")
-    return float(t)
-
-
 def depth_flow_projection(flow: torch.Tensor, depth: Optional[torch.Tensor] = None,
                           t: float = 0.5, fill_holes: bool = True, *,
                           inverse_depth: Optional[torch.Tensor] = None,
                           check_depth: bool = True) -> torch.Tensor:
     """Projects the flow F0->1 (B, 2, H, W) to F_t->0 (B, 2, H, W), weighting pixels by 1/depth.
 
-    Give exactly one of `depth` (D0, (B, 1, H, W), > 0) and `inverse_depth` (1/D0, >= 0).
+    Give exactly one of `depth` (D0, (B, 1, H, W), > 0) and `inverse_depth` (1/D0, >= 0). Bad
+    input raises (see the module docstring for when on CUDA).
     """
-    if not isinstance(flow, torch.Tensor):
-        raise TypeError(f"{OP}: flow must be a tensor, got {type(flow).__name__}")
     if (depth is None) == (inverse_depth is None):
         raise ValueError(f"{OP}: give exactly one of depth and inverse_depth")
     given = depth if depth is not None else inverse_depth
-    name = "depth" if depth is not None else "inverse_depth"
-    if not isinstance(given, torch.Tensor):
-        raise TypeError(f"{OP}: {name} must be a tensor, got {type(given).__name__}")
     if not isinstance(fill_holes, bool):
         raise TypeError(f"{OP}: fill_holes must be a bool, got {fill_holes!r}")
     _ext.require(OP, flow, given)
-    output, _ = torch.ops.redet.depth_flow_projection(flow, given, _time(t), inverse_depth is not None,
-                                                      fill_holes, bool(check_depth))
+    output, _ = torch.ops.redet.depth_flow_projection(
+        flow, given, as_float(t, "t", OP), inverse_depth is not None, fill_holes, bool(check_depth))
     return output
 
 
@@ -88,7 +77,7 @@ class DepthFlowProjection(nn.Module):
 
     def __init__(self, t: float = 0.5, fill_holes: bool = True, check_depth: bool = True):
         super().__init__()
-        self.t = _time(t)
+        self.t = as_float(t, "t", OP)
         if not isinstance(fill_holes, bool):
             raise TypeError(f"{OP}: fill_holes must be a bool, got {fill_holes!r}")
         self.fill_holes = fill_holes

@@ -25,11 +25,10 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import output_size_pair, positive_float, rois_with_batch_index
+from ._common import as_float, as_int, output_size_pair, rois_with_batch_index
 
 OP = "riroi_align_rotated"
 MULTI_OP = "riroi_align_rotated_multilevel"
-ROI_LAYOUT = "(batch_index, cx, cy, w, h, theta)"
 
 if _ext.is_loaded():
     @torch.library.register_fake("redet::riroi_align_rotated")
@@ -64,26 +63,23 @@ if _ext.is_loaded():
 
 
 def _options(num_samples, num_orientations, clockwise, legacy_orientation, op: str):
-    for name, value in (("num_samples", num_samples), ("num_orientations", num_orientations)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{op}: {name} must be an int, got {value!r}")
-    if num_samples < 0:
-        raise ValueError(f"{op}: num_samples must be >= 0 (0 = adaptive), got {num_samples}")
-    if num_orientations < 1:
-        raise ValueError(f"{op}: num_orientations must be >= 1, got {num_orientations}")
-    return num_samples, num_orientations, bool(clockwise), bool(legacy_orientation)
+    """The options as the op's argument types (their values are the op's to check)."""
+    return (as_int(num_samples, "num_samples", op), as_int(num_orientations, "num_orientations", op),
+            bool(clockwise), bool(legacy_orientation))
 
 
 def riroi_align_rotated(input: torch.Tensor, rois: Union[torch.Tensor, List[torch.Tensor]],
                         output_size: Union[int, Sequence[int]], spatial_scale: float = 1.0,
                         num_samples: int = 0, num_orientations: int = 8, clockwise: bool = False,
                         legacy_orientation: bool = False) -> torch.Tensor:
-    """Pools each rotated RoI of `input` (N, C*nO, H, W) into (K, C*nO, *output_size)."""
-    if not isinstance(input, torch.Tensor):
-        raise TypeError(f"{OP}: input must be a tensor, got {type(input).__name__}")
-    rois = rois_with_batch_index(rois, 5, ROI_LAYOUT, OP)
+    """Pools each rotated RoI of `input` (N, C*nO, H, W) into (K, C*nO, *output_size).
+
+    rois: (K, 6) = (batch_index, cx, cy, w, h, theta), or a list of per-image (Ki, 5) boxes. Bad
+    input raises (see the module docstring for when on CUDA).
+    """
+    rois = rois_with_batch_index(rois, 5, OP)
     out_h, out_w = output_size_pair(output_size, OP)
-    scale = positive_float(spatial_scale, "spatial_scale", OP)
+    scale = as_float(spatial_scale, "spatial_scale", OP)
     options = _options(num_samples, num_orientations, clockwise, legacy_orientation, OP)
     _ext.require(OP, input, rois)
     return torch.ops.redet.riroi_align_rotated(input, rois, scale, out_h, out_w, *options)
@@ -96,25 +92,17 @@ def riroi_align_rotated_multilevel(features: Sequence[torch.Tensor], rois: torch
                                    legacy_orientation: bool = False) -> torch.Tensor:
     """RiRoIAlignRotated over feature levels in one kernel launch.
 
-    features: list of (N, C*nO, H_l, W_l) maps; RoI k is pooled from features[levels[k]] with
-    spatial_scales[levels[k]]. Equal to calling :func:`riroi_align_rotated` per level and
-    scattering the results; every level gets a gradient (zeros where it has no RoI).
+    features: list of (N, C*nO, H_l, W_l) maps; RoI k is pooled from features[levels[k]] (levels:
+    (K,) int64) with spatial_scales[levels[k]]. Equal to calling :func:`riroi_align_rotated` per
+    level and scattering the results; every level gets a gradient (zeros where it has no RoI).
     """
-    if (not isinstance(features, (list, tuple)) or not features
-            or not all(isinstance(f, torch.Tensor) for f in features)):
-        raise TypeError(f"{MULTI_OP}: features must be a non-empty list of tensors, got "
+    if not isinstance(features, (list, tuple)):
+        raise TypeError(f"{MULTI_OP}: features must be a list of tensors, got "
                         f"{type(features).__name__}")
-    if not isinstance(rois, torch.Tensor) or not isinstance(levels, torch.Tensor):
-        raise TypeError(f"{MULTI_OP}: rois and levels must be tensors")
-    if levels.dtype != torch.int64:
-        raise TypeError(f"{MULTI_OP}: levels must be an int64 tensor, got {levels.dtype}")
-    scales = [positive_float(s, "spatial_scales[i]", MULTI_OP) for s in spatial_scales]
-    if len(scales) != len(features):
-        raise ValueError(f"{MULTI_OP}: spatial_scales must have one scale per feature level "
-                         f"({len(features)}), got {len(scales)}")
+    scales = [as_float(s, "spatial_scales[i]", MULTI_OP) for s in spatial_scales]
     out_h, out_w = output_size_pair(output_size, MULTI_OP)
     options = _options(num_samples, num_orientations, clockwise, legacy_orientation, MULTI_OP)
-    _ext.require(MULTI_OP, *features, rois)
+    _ext.require(MULTI_OP, *[f for f in features if isinstance(f, torch.Tensor)], rois)
     return torch.ops.redet.riroi_align_rotated_multilevel(list(features), rois, levels, scales,
                                                           out_h, out_w, *options)
 
@@ -135,7 +123,7 @@ class RiRoIAlignRotated(nn.Module):
             raise ValueError(f"{OP}: output_size={output_size!r} and its alias "
                              f"out_size={out_size!r} disagree")
         self.output_size = output_size_pair(output_size if output_size is not None else out_size, OP)
-        self.spatial_scale = positive_float(spatial_scale, "spatial_scale", OP)
+        self.spatial_scale = as_float(spatial_scale, "spatial_scale", OP)
         (self.num_samples, self.num_orientations, self.clockwise,
          self.legacy_orientation) = _options(num_samples, num_orientations, clockwise,
                                              legacy_orientation, OP)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import output_size_pair, positive_float, rois_with_batch_index
+from ._common import as_float, output_size_pair, rois_with_batch_index
 
 OP = "roi_pool"
 
@@ -31,12 +31,14 @@ if _ext.is_loaded():
 
 def roi_pool(input: torch.Tensor, rois: Union[torch.Tensor, List[torch.Tensor]],
              output_size: Union[int, Sequence[int]], spatial_scale: float = 1.0) -> torch.Tensor:
-    """Max-pools each RoI of `input` (N, C, H, W) into (K, C, *output_size)."""
-    if not isinstance(input, torch.Tensor):
-        raise TypeError(f"{OP}: input must be a tensor, got {type(input).__name__}")
-    rois = rois_with_batch_index(rois, 4, "(batch_index, x1, y1, x2, y2)", OP)
+    """Max-pools each RoI of `input` (N, C, H, W) into (K, C, *output_size).
+
+    rois: (K, 5) = (batch_index, x1, y1, x2, y2), or a list of per-image (Ki, 4) boxes. Bad input
+    raises (see the module docstring for when on CUDA).
+    """
+    rois = rois_with_batch_index(rois, 4, OP)
     pooled_h, pooled_w = output_size_pair(output_size, OP)
-    scale = positive_float(spatial_scale, "spatial_scale", OP)
+    scale = as_float(spatial_scale, "spatial_scale", OP)
     _ext.require(OP, input, rois)
     output, _ = torch.ops.redet.roi_pool(input, rois, scale, pooled_h, pooled_w)
     return output
@@ -48,7 +50,7 @@ class RoIPool(nn.Module):
     def __init__(self, output_size: Union[int, Sequence[int]], spatial_scale: float = 1.0):
         super().__init__()
         self.output_size = output_size_pair(output_size, OP)
-        self.spatial_scale = positive_float(spatial_scale, "spatial_scale", OP)
+        self.spatial_scale = as_float(spatial_scale, "spatial_scale", OP)
 
     def forward(self, input: torch.Tensor, rois) -> torch.Tensor:
         return roi_pool(input, rois, self.output_size, self.spatial_scale)

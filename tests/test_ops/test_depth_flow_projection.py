@@ -297,7 +297,7 @@ def test_bad_inputs_name_the_argument():
         depth_flow_projection(flow, depth[:, :, :-1])
     with pytest.raises(RuntimeError, match="depth must have the same dtype as flow"):
         depth_flow_projection(flow, depth.double())
-    with pytest.raises(ValueError, match=r"t must be in \[0, 1\], got 1.5"):
+    with pytest.raises(RuntimeError, match=r"t must be in \[0, 1\], got 1.5"):
         depth_flow_projection(flow, depth, t=1.5)
     with pytest.raises(RuntimeError, match=r"t must be in \[0, 1\], got -0.1"):
         OP(flow, depth, -0.1, False, True, True)
@@ -314,7 +314,7 @@ def test_bad_inputs_name_the_argument():
         depth_flow_projection(flow, inverse_depth=-depth)
     with pytest.raises(ValueError, match="exactly one of depth and inverse_depth"):
         depth_flow_projection(flow, depth, inverse_depth=depth)
-    with pytest.raises(TypeError, match="flow must be a tensor"):
+    with pytest.raises(RuntimeError, match="Expected a value of type 'Tensor' for argument 'flow'"):
         depth_flow_projection(flow.numpy(), depth)
     with pytest.raises(RuntimeError, match="flow must be float16"):
         depth_flow_projection(flow.long(), depth.long())

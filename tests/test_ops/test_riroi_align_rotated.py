@@ -361,7 +361,8 @@ def test_torch_compile_fullgraph():
 
 # ------------------------------------------ bad inputs ------------------------------------------
 @pytest.mark.parametrize("bad_rois, message", [
-    (torch.zeros(3, 5, dtype=torch.float64), r"rois must be a \(K, 6\) tensor"),
+    (torch.zeros(3, 5, dtype=torch.float64),
+     r"rois must have shape \(K, 6\) = \(batch_index, cx, cy, w, h, theta\), got \[3, 5\]"),
     ([torch.zeros(2, 6, dtype=torch.float64)], r"rois\[0\] must be a \(Ki, 5\)"),
     (torch.tensor([[2.0, 5, 5, 4, 4, 0]], dtype=torch.float64), r"batch indices in \[0, 2\).*row 0"),
     (torch.tensor([[-1.0, 5, 5, 4, 4, 0]], dtype=torch.float64), r"batch indices in \[0, 2\)"),
@@ -438,11 +439,11 @@ def test_bad_multilevel_arguments_are_named():
     features, rois, levels, scales = _levels_case(18)
     with pytest.raises(RuntimeError, match=r"levels must be in \[0, 4\); row 0 has 7"):
         riroi_align_rotated_multilevel(features, rois, torch.full_like(levels, 7), scales, 2)
-    with pytest.raises(TypeError, match="levels must be an int64"):
+    with pytest.raises(RuntimeError, match="levels must be int64, got Int"):
         riroi_align_rotated_multilevel(features, rois, levels.int(), scales, 2)
     with pytest.raises(RuntimeError, match=r"levels must have shape \(K,\) = \(24,\)"):
         riroi_align_rotated_multilevel(features, rois, levels[:3], scales, 2)
-    with pytest.raises(ValueError, match="one scale per feature level"):
+    with pytest.raises(RuntimeError, match=r"spatial_scales must hold one scale per feature level \(4\), got 2"):
         riroi_align_rotated_multilevel(features, rois, levels, scales[:2], 2)
     with pytest.raises(RuntimeError, match=r"features\[1\] must have the batch size and channels"):
         riroi_align_rotated_multilevel([features[0], features[1][:, :8]], rois, levels % 2,
@@ -450,8 +451,10 @@ def test_bad_multilevel_arguments_are_named():
     with pytest.raises(RuntimeError, match=r"features\[1\] must have the dtype and device"):
         riroi_align_rotated_multilevel([features[0], features[1].float()], rois, levels % 2,
                                        scales[:2], 2)
-    with pytest.raises(TypeError, match="non-empty list of tensors"):
+    with pytest.raises(RuntimeError, match="features must hold at least one feature map"):
         riroi_align_rotated_multilevel([], rois, levels, [], 2)
+    with pytest.raises(TypeError, match="features must be a list of tensors"):
+        riroi_align_rotated_multilevel(features[0], rois, levels, scales, 2)
 
 
 # ------------------------------------------ fuzzing ------------------------------------------

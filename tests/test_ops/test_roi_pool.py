@@ -187,8 +187,8 @@ def test_backward_is_deterministic():
 
 
 @pytest.mark.parametrize("bad_rois, message", [
-    (torch.zeros(3, 4), r"rois must be a \(K, 5\) tensor"),
-    (torch.zeros(3, 5, 1), r"rois must be a \(K, 5\) tensor"),
+    (torch.zeros(3, 4), r"rois must have shape \(K, 5\) = \(batch_index, x1, y1, x2, y2\), got \[3, 4\]"),
+    (torch.zeros(3, 5, 1), r"rois must have shape \(K, 5\) .*got \[3, 5, 1\]"),
     ([torch.zeros(2, 5)], r"rois\[0\] must be a \(Ki, 4\)"),
     ("boxes", "rois must be a tensor or a list"),
     (torch.tensor([[2.0, 0, 0, 1, 1]]), r"batch indices in \[0, 2\).*row 0 has 2"),
@@ -213,6 +213,18 @@ def test_bad_rois_are_named(bad_rois, message):
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises((RuntimeError, ValueError, TypeError), match=message):
         roi_pool(torch.randn(1, 3, 8, 8), torch.zeros(1, 5), **kwargs)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((torch.tensor([[2.0, 0, 0, 1, 1]]), 1.0, 2, 2), r"batch indices in \[0, 2\).*row 0 has 2"),
+    ((torch.tensor([[0, 0, float("nan"), 1, 1]]), 1.0, 2, 2), r"NaN or infinite values \(row 0\)"),
+    ((torch.zeros(1, 5), 0.0, 2, 2), "spatial_scale must be a positive finite number, got 0"),
+    ((torch.zeros(1, 5), 1.0, 0, 2), r"output_size must be positive, got \(0, 2\)"),
+])
+def test_the_raw_op_checks_its_arguments(args, message):
+    """The checks live at the C++ op boundary: torch.ops callers get the Python face's errors."""
+    with pytest.raises(RuntimeError, match=message):
+        torch.ops.redet.roi_pool(torch.randn(2, 3, 8, 8), *args)
 
 
 def test_bad_input_tensor_is_named():

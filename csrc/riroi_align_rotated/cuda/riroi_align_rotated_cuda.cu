@@ -768,8 +768,6 @@ at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
     roi_check.raise_if_bad(op);
     return output;
   }
-  TORCH_CHECK(channels < (int64_t(1) << 31), op, ": ", name, " has too many channels (", channels,
-              "), expected < 2^31");
   const auto kopt = kernel_options(opt);
   const int64_t* roi_levels = levels.defined() ? levels.data_ptr<int64_t>() : nullptr;
   auto stream = c10::cuda::getCurrentCUDAStream();
@@ -805,8 +803,6 @@ std::vector<at::Tensor> backward_levels(const at::Tensor& grad_, const at::Tenso
   const auto grad = grad_.contiguous();  // the peer reads a non-contiguous grad wrongly
   const auto rois = rois_.contiguous();
   const auto levels = levels_.defined() ? levels_.contiguous() : levels_;
-  TORCH_CHECK(channels < (int64_t(1) << 31), op, ": too many channels (", channels,
-              "), expected < 2^31");
   std::vector<at::Tensor> gradients;
   for (size_t l = 0; l < num_levels; ++l) {
     gradients.push_back(at::empty({batch_size, channels, heights[l], widths[l]}, grad.options()));

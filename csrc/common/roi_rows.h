@@ -1,0 +1,42 @@
+// The rules a RoI row must follow, written once for the host and the device. The ops check them
+// at their boundary (common/checks.h on the CPU, common/cuda/roi_checks.cuh on CUDA) and every
+// kernel that reads rois tests them again before using a row, so that a row breaking them never
+// reaches memory outside the tensors: it pools zeros and passes no gradient (this is all that
+// protects a CUDA graph replay, where no check can raise).
+// A row (K, ncols): column 0 the batch index, an integer in [0, num_images); every value finite;
+// for the multi-level op its level (a separate tensor) in [0, num_levels).
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include "common/macros.h"
+
+namespace redet {
+
+enum class RoiRowFault : int { kNone = 0, kNonFinite, kBadIndex, kBadLevel };
+
+// The first rule the row breaks, in that order. Single-level ops pass level 0 of 1.
+template <typename scalar_t>
+REDET_HOST_DEVICE RoiRowFault roi_row_fault(const scalar_t* row, int ncols, int64_t num_images,
+                                            int64_t level, int64_t num_levels) {
+  for (int j = 0; j < ncols; ++j) {
+    if (!isfinite(static_cast<double>(row[j]))) return RoiRowFault::kNonFinite;
+  }
+  const double index = static_cast<double>(row[0]);
+  if (!(index == floor(index) && index >= 0.0 && index < static_cast<double>(num_images))) {
+    return RoiRowFault::kBadIndex;
+  }
+  if (level < 0 || level >= num_levels) return RoiRowFault::kBadLevel;
+  return RoiRowFault::kNone;
+}
+
+// A kernel's guard: true, with the row's image, when the row may be used.
+template <typename scalar_t>
+REDET_HOST_DEVICE bool roi_row_image(const scalar_t* row, int ncols, int64_t num_images,
+                                     int64_t level, int64_t num_levels, int64_t* image) {
+  if (roi_row_fault(row, ncols, num_images, level, num_levels) != RoiRowFault::kNone) return false;
+  *image = static_cast<int64_t>(static_cast<double>(row[0]));
+  return true;
+}
+
+}  // namespace redet
