@@ -9,21 +9,27 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "common/macros.h"
 
 namespace redet {
 
 enum class RoiRowFault : int { kNone = 0, kNonFinite, kBadIndex, kBadLevel };
 
-// The first rule the row breaks, in that order. Single-level ops pass level 0 of 1.
+// The first rule the row breaks, in that order. Single-level ops pass level 0 of 1. The values
+// are compared in float for float, float16 and bfloat16 rows (exactly: they convert to float
+// without rounding) and in double for double rows.
 template <typename scalar_t>
 REDET_HOST_DEVICE RoiRowFault roi_row_fault(const scalar_t* row, int ncols, int64_t num_images,
                                             int64_t level, int64_t num_levels) {
+  using calc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
   for (int j = 0; j < ncols; ++j) {
-    if (!isfinite(static_cast<double>(row[j]))) return RoiRowFault::kNonFinite;
+    if (!isfinite(static_cast<calc_t>(row[j]))) return RoiRowFault::kNonFinite;
   }
-  const double index = static_cast<double>(row[0]);
-  if (!(index == floor(index) && index >= 0.0 && index < static_cast<double>(num_images))) {
+  const calc_t index = static_cast<calc_t>(row[0]);
+  // num_images as calc_t may round up (above 2^24 images in float): the guards then also clamp
+  if (!(index == floor(index) && index >= calc_t(0) && index < static_cast<calc_t>(num_images))) {
     return RoiRowFault::kBadIndex;
   }
   if (level < 0 || level >= num_levels) return RoiRowFault::kBadLevel;
@@ -36,7 +42,7 @@ REDET_HOST_DEVICE bool roi_row_image(const scalar_t* row, int ncols, int64_t num
                                      int64_t level, int64_t num_levels, int64_t* image) {
   if (roi_row_fault(row, ncols, num_images, level, num_levels) != RoiRowFault::kNone) return false;
   *image = static_cast<int64_t>(static_cast<double>(row[0]));
-  return true;
+  return *image < num_images;
 }
 
 }  // namespace redet

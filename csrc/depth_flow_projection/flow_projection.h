@@ -56,6 +56,15 @@ REDET_HOST_DEVICE bool project_pixel(int x, int y, acc_t gx, acc_t gy, int width
   return true;
 }
 
+// Is this depth input acceptable? depth > 0 (+inf allowed: weight 0), or an inverse depth finite
+// and >= 0 (the op's check, check_depth_values, applies the same rule to the whole tensor). A
+// source pixel with an invalid value contributes nothing and gets no gradient: with
+// check_depth=False, or in a CUDA graph, where nothing raises.
+template <typename acc_t>
+REDET_HOST_DEVICE bool depth_is_valid(acc_t depth, bool inverse_depth) {
+  return inverse_depth ? (depth >= acc_t(0) && isfinite(depth)) : depth > acc_t(0);
+}
+
 // The weight w from the depth input (which may already be 1/depth).
 template <typename acc_t>
 REDET_HOST_DEVICE acc_t projection_weight(acc_t depth, bool inverse_depth) {
@@ -94,6 +103,26 @@ REDET_HOST_DEVICE void source_gradient(int x, int y, int width, int height, acc_
   *grad_fx = -t * w * sx;
   *grad_fy = -t * w * sy;
   *grad_w = sw;
+}
+
+// The backward of one source pixel: source_gradient with respect to its flow and to its depth
+// input as given (dw/dD = −w² for a depth, 1 for an inverse depth); zeros when the depth input is
+// invalid (the pixel contributed nothing).
+template <typename acc_t, typename grad_t, typename out_t>
+REDET_HOST_DEVICE void source_pixel_gradient(int x, int y, int width, int height, acc_t t,
+                                             acc_t fx, acc_t fy, acc_t depth, bool inverse_depth,
+                                             const grad_t* grad, const out_t* out,
+                                             const acc_t* count, int64_t plane, acc_t* grad_fx,
+                                             acc_t* grad_fy, acc_t* grad_depth) {
+  if (!depth_is_valid(depth, inverse_depth)) {
+    *grad_fx = *grad_fy = *grad_depth = acc_t(0);
+    return;
+  }
+  const acc_t w = projection_weight(depth, inverse_depth);
+  acc_t grad_w;
+  source_gradient(x, y, width, height, t, fx, fy, w, grad, out, count, plane, grad_fx, grad_fy,
+                  &grad_w);
+  *grad_depth = inverse_depth ? grad_w : -grad_w * w * w;
 }
 
 }  // namespace redet

@@ -1,7 +1,10 @@
 // RiRoIAlignRotated: the four op entry points (schemas in riroi_align_rotated.cpp), written once
 // for both backends. A backend supplies only its multi-level implementation, forward_levels and
 // backward_levels; the single-level ops are their one-level case (levels undefined). The backward
-// entry points check grad_output and the options, which they derive the output size from.
+// entry points check grad_output, the options (they derive the output size from grad_output) and
+// the sizes they allocate, not the values of rois and levels: those come from the forward, which
+// checked them, and checking them again on CUDA would cost a host wait; the kernels give a row
+// that breaks the rules (common/roi_rows.h) no gradient.
 #pragma once
 #include <torch/library.h>
 

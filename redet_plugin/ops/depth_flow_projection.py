@@ -17,7 +17,11 @@ Conventions:
 - A pixel whose flow is NaN/inf lands nowhere and is dropped (like one pushed off the image).
 - depth must be > 0 (NaN is an error; +inf gives weight 0); `inverse_depth` (1/D0, what DAIN
   passes) must be finite and >= 0; a pixel reached only by weight 0 is a hole. The values are
-  checked unless `check_depth=False` (the check costs one host synchronisation on CUDA).
+  checked unless `check_depth=False`: on the CPU before computing; on CUDA after the kernels are
+  enqueued (one host synchronisation, which the GPU never waits for), and not at all while a CUDA
+  graph is captured. Unchecked, a pixel with an invalid depth contributes nothing and gets no
+  gradient (README: "Bad input, host waits and CUDA graphs"). Other bad input (shapes, dtypes,
+  t outside [0, 1]) raises before anything runs.
 - float16/bfloat16 inputs are accumulated in float32. Under
   torch.use_deterministic_algorithms(True) the CUDA forward uses order-independent 64-bit
   fixed-point sums; the CPU kernels and the CUDA backward (a gather) are deterministic anyway.

@@ -18,6 +18,12 @@ tests/test_ops/test_riroi_align_rotated.py).
 
 The gradient flows to the features only; under torch.use_deterministic_algorithms(True) the CUDA
 backward is bitwise repeatable (the CPU backward always is).
+
+Bad input raises a RuntimeError naming the argument. Shapes, dtypes and options are checked before
+anything runs. The values of rois (finite, integer batch index in [0, N), multi-level: level in [0, L)) are checked on
+the CPU before computing; on CUDA after the kernels are enqueued (the GPU never waits for the
+host; the kernels skip bad rows), and not at all while a CUDA graph is captured, where a bad row
+pools zeros and passes no gradient (README: "Bad input, host waits and CUDA graphs").
 """
 from typing import List, Optional, Sequence, Union
 

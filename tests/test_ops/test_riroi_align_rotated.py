@@ -403,6 +403,37 @@ def test_the_raw_op_checks_its_arguments(args, message):
         torch.ops.redet.riroi_align_rotated(torch.randn(1, 16, 8, 8), torch.zeros(1, 6), *args)
 
 
+# The backward ops do not check the values of rois and levels (they come from the forward, which
+# did; on CUDA a check would cost a host wait): their kernels give a row that breaks the rules no
+# gradient. Only a raw call can pass one (a NaN coordinate once made the CPU kernel write out of
+# bounds).
+BAD_ROW_VALUES = [(0, 2.0), (0, -1.0), (0, 0.5), (0, float("nan")), (1, float("nan")),
+                  (3, float("inf")), (5, float("nan"))]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("column, value", BAD_ROW_VALUES)
+def test_the_raw_backward_ops_give_bad_rows_no_gradient(device, column, value):
+    x, rois = make_case(40, torch.float32, n=2, fields=2, nO=4, h=9, w=11, k=5)
+    grad = torch.randn(5, 8, 2, 3, generator=torch.Generator().manual_seed(41))
+    x, rois, grad = x.to(device), rois.to(device), grad.to(device)
+    bad = rois.clone()
+    bad[2, column] = value
+    without_row = grad.clone()
+    without_row[2] = 0
+    args = (x.shape, 0.5, 0, 4)  # adaptive grid: an infinite size must not loop ~2^31 times
+    expected = raw_backward(without_row, rois, *args)
+    torch.testing.assert_close(raw_backward(grad, bad, *args), expected)
+    levels = torch.zeros(5, dtype=torch.long, device=device)
+    got = torch.ops.redet._riroi_align_rotated_multilevel_backward(
+        grad, bad, levels, [0.5], 0, 4, False, False, *x.shape[:2], [x.shape[2]], [x.shape[3]])
+    torch.testing.assert_close(got[0], expected)
+    levels[2] = 1  # a level past the gradients: no gradient either
+    got = torch.ops.redet._riroi_align_rotated_multilevel_backward(
+        grad, rois, levels, [0.5], 0, 4, False, False, *x.shape[:2], [x.shape[2]], [x.shape[3]])
+    torch.testing.assert_close(got[0], expected)
+
+
 @pytest.mark.parametrize("sizes, message", [
     ((1, 16, 0, 5), r"at least 1 x 1 .* got height 0 and width 5 at level 0"),
     ((1, 16, 4, -2), r"at least 1 x 1 .* got height 4 and width -2 at level 0"),

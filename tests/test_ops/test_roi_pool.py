@@ -169,6 +169,23 @@ def test_raw_backward_skips_argmax_and_batch_indices_outside_the_gradient():
     torch.testing.assert_close(result, expected - skipped)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("column, value", [(0, 7.0), (0, -1.0), (0, 0.5), (0, float("nan")),
+                                           (2, float("nan")), (4, float("inf"))])
+def test_raw_backward_gives_bad_rows_no_gradient(device, column, value):
+    """Rows that break the RoI rules (csrc/common/roi_rows.h) pass no gradient, on both devices."""
+    x, rois = make_case(11, c=2, h=6, w=6)
+    x, rois = x.to(device), rois.to(device)
+    out, arg = torch.ops.redet.roi_pool(x, rois, 0.5, 2, 2)
+    grad = torch.ones_like(out)
+    without_row = grad.clone()
+    without_row[1] = 0
+    bad = rois.clone()
+    bad[1, column] = value
+    torch.testing.assert_close(torch.ops.redet._roi_pool_backward(grad, bad, arg, *x.shape),
+                               torch.ops.redet._roi_pool_backward(without_row, rois, arg, *x.shape))
+
+
 def test_torch_compile_fullgraph():
     x, rois = make_case(8)
     compiled = torch.compile(lambda a, b: roi_pool(a, b, 3, 0.5) * 2, fullgraph=True, backend="eager")
@@ -337,6 +354,26 @@ def test_cuda_errors_are_named():
         roi_pool(x, torch.tensor([[5.0, 0, 0, 1, 1]], device="cuda"), 2)
     with pytest.raises(RuntimeError, match="same device"):
         roi_pool(x, torch.zeros(1, 5), 2)
+
+
+@CUDA
+@pytest.mark.parametrize("column, value, message", [
+    (0, 2.0, r"batch indices in \[0, 2\).*row 2 has 2"),
+    (0, 0.5, r"integer batch indices in \[0, 2\).*row 2 has 0.5"),
+    (0, float("nan"), r"NaN or infinite values \(row 2\)"),
+    (3, float("inf"), r"NaN or infinite values \(row 2\)"),
+])
+def test_cuda_bad_rois_raise_after_the_kernel_ran(column, value, message):
+    """The CUDA check is read back after the kernel is enqueued (the GPU never waits for the host):
+    the kernel must skip the bad row safely, the error must name it, and the device stays usable."""
+    x = torch.randn(2, 3, 8, 8, device="cuda")
+    rois = torch.tensor([[0.0, 1, 1, 6, 5], [1, 0, 2, 3, 7]] * 2, device="cuda")
+    bad = rois.clone()
+    bad[2, column] = value
+    with pytest.raises(RuntimeError, match=message):
+        roi_pool(x, bad, 2)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(roi_pool(x, rois, 2).cpu(), roi_pool(x.cpu(), rois.cpu(), 2))
 
 
 # The CUDA forward gathers from a channels-last copy of the input, one warp per (chunk of channels,

@@ -1,5 +1,5 @@
 // DeferredRoiCheck (common/cuda/roi_checks.cuh): one kernel, one event wait; the rows are looked
-// up on the host only when the kernel found something.
+// up on the host only when the kernel found something. Nothing while a CUDA graph is captured.
 #include "common/cuda/roi_checks.cuh"
 #include "common/cuda_utils.cuh"
 #include "common/roi_rows.h"
@@ -27,12 +27,11 @@ __global__ void find_bad_rois_kernel(const scalar_t* __restrict__ rois, int64_t 
 
 DeferredRoiCheck::DeferredRoiCheck(const at::Tensor& rois, int64_t num_images,
                                    const at::Tensor& levels, int64_t num_levels)
-    : rois_(rois.contiguous()),
-      levels_(levels.defined() ? levels.contiguous() : levels),
-      num_images_(num_images),
-      num_levels_(num_levels) {
+    : num_images_(num_images), num_levels_(num_levels) {
+  if (rois.size(0) == 0 || capturing_cuda_graph()) return;
+  rois_ = rois.contiguous();
+  levels_ = levels.defined() ? levels.contiguous() : levels;
   const int64_t num_rois = rois_.size(0);
-  if (num_rois == 0) return;
   c10::cuda::CUDAGuard guard(rois_.device());
   any_bad_.emplace(rois_.device().index());
   auto stream = c10::cuda::getCurrentCUDAStream();

@@ -6,9 +6,9 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "depth_flow_projection/depth_flow_projection.h"
 #include "depth_flow_projection/flow_hole_fill.h"
 #include "depth_flow_projection/flow_projection.h"
-#include "depth_flow_projection/depth_flow_projection.h"
 
 namespace redet {
 namespace {
@@ -94,9 +94,13 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& f
             const int64_t i = static_cast<int64_t>(y) * width + x;
             const acc_t gx = tt * static_cast<acc_t>(fx[i]);
             const acc_t gy = tt * static_cast<acc_t>(fx[plane + i]);
+            const acc_t depth_value = static_cast<acc_t>(dd[i]);
             ProjectionCorners c;
-            if (!project_pixel(x, y, gx, gy, width, height, &c)) continue;
-            const acc_t w = projection_weight(static_cast<acc_t>(dd[i]), inverse_depth);
+            if (!depth_is_valid(depth_value, inverse_depth) ||
+                !project_pixel(x, y, gx, gy, width, height, &c)) {
+              continue;
+            }
+            const acc_t w = projection_weight(depth_value, inverse_depth);
             const int xs[4] = {c.left, c.right, c.left, c.right};
             const int ys[4] = {c.top, c.top, c.bottom, c.bottom};
             for (int k = 0; k < 4; ++k) {
@@ -167,16 +171,15 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_backward_cpu(
           for (int x = 0; x < width; ++x) {
             const int64_t i = static_cast<int64_t>(y) * width + x;
             const int64_t fi = b * 2 * plane + i;
-            const acc_t depth_value = static_cast<acc_t>(d[b * plane + i]);
-            const acc_t w = projection_weight(depth_value, inverse_depth);
-            acc_t gfx, gfy, gw;
-            source_gradient(x, y, width, height, tt, static_cast<acc_t>(f[fi]),
-                            static_cast<acc_t>(f[fi + plane]), w, gp + b * 2 * plane,
-                            out + b * 2 * plane, cnt + b * plane, plane, &gfx, &gfy, &gw);
+            acc_t gfx, gfy, gd_value;
+            source_pixel_gradient(x, y, width, height, tt, static_cast<acc_t>(f[fi]),
+                                  static_cast<acc_t>(f[fi + plane]),
+                                  static_cast<acc_t>(d[b * plane + i]), inverse_depth,
+                                  gp + b * 2 * plane, out + b * 2 * plane, cnt + b * plane, plane,
+                                  &gfx, &gfy, &gd_value);
             gf[fi] = static_cast<scalar_t>(gfx);
             gf[fi + plane] = static_cast<scalar_t>(gfy);
-            // w = 1/D: dw/dD = −w².
-            gd[b * plane + i] = static_cast<scalar_t>(inverse_depth ? gw : -gw * w * w);
+            gd[b * plane + i] = static_cast<scalar_t>(gd_value);
           }
         }
       });

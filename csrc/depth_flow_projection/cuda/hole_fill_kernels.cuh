@@ -28,8 +28,8 @@
 #include <utility>
 
 #include "common/cuda_utils.cuh"
-#include "depth_flow_projection/flow_hole_fill.h"
 #include "depth_flow_projection/cuda/corner_sums.cuh"
+#include "depth_flow_projection/flow_hole_fill.h"
 
 namespace redet {
 

@@ -38,6 +38,9 @@
 // fixed point and integer atomics (order-independent sums, bitwise repeatable), scaled by
 // sum |grad_output|, which bounds every input's total since each output's weights onto the input
 // sum to <= 1.
+// Bad rows: the RoI check (common/cuda/roi_checks.cuh) is enqueued before the kernels and read
+// after them, or skipped in a CUDA graph; every kernel tests each row (roi_level_and_image): the
+// forward writes zeros for a row that breaks the rules, the backward skips it.
 #include <ATen/OpMathType.h>
 #include <torch/library.h>
 
@@ -48,9 +51,10 @@
 #include "common/cuda/channels_last.cuh"
 #include "common/cuda/roi_checks.cuh"
 #include "common/cuda_utils.cuh"
-#include "riroi_align_rotated/riroi_geometry.h"
+#include "common/roi_rows.h"
 #include "riroi_align_rotated/riroi_align_rotated.h"
 #include "riroi_align_rotated/riroi_align_rotated_ops.h"
+#include "riroi_align_rotated/riroi_geometry.h"
 
 namespace redet {
 namespace {
@@ -65,19 +69,17 @@ KernelOptions kernel_options(const RiRoIOptions& o) {
           static_cast<int>(o.num_orientations), o.clockwise, o.legacy_orientation};
 }
 
-// Level and image of RoI k; false for RoIs the op's check rejects (DeferredRoiCheck, whose error
-// comes after the kernels ran): a bad level or batch index, a NaN/inf value (an infinite size would
-// ask the adaptive sampling grid for ~2^31 samples).
+// Level and image of RoI k; false for rows that break the rules of common/roi_rows.h (a bad level
+// or batch index, a NaN/inf value: an infinite size would ask the adaptive sampling grid for ~2^31
+// samples). The op's check (DeferredRoiCheck) raises for them after the kernels ran, or not at all
+// in a CUDA graph: the forward writes zeros for such a row, the backward passes it no gradient.
 template <typename scalar_t>
 __device__ __forceinline__ bool roi_level_and_image(const scalar_t* roi, const int64_t* roi_levels,
                                                     int64_t k, int num_levels, int batch_size,
                                                     int* level, int* image) {
   const int64_t l = roi_levels ? roi_levels[k] : 0;
-  const float n = static_cast<float>(roi[0]);
-  if (l < 0 || l >= num_levels || !(n >= 0.f && n < static_cast<float>(batch_size))) return false;
-  for (int j = 1; j < 6; ++j) {
-    if (!isfinite(static_cast<float>(roi[j]))) return false;
-  }
+  int64_t n;
+  if (!roi_row_image(roi, 6, batch_size, l, num_levels, &n)) return false;
   *level = static_cast<int>(l);
   *image = static_cast<int>(n);
   return true;
@@ -313,7 +315,12 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
     const int end = min(bins, begin + part_bins);
     const scalar_t* roi = rois + k * 6;
     int l, n;
-    if (!roi_level_and_image(roi, roi_levels, k, levels.count, batch_size, &l, &n)) continue;
+    scalar_t* out = output + (k * channels + chunk_start) * bins;
+    if (!roi_level_and_image(roi, roi_levels, k, levels.count, batch_size, &l, &n)) {
+      for (int slot = 0; slot < end - begin; ++slot) tile.put(lane, slot, scalar_t(0));
+      tile.store(out + begin, chunk_channels, end - begin, bins, lane);  // zeros (warp-uniform)
+      continue;
+    }
     const int height = levels.height[l], width = levels.width[l];
     auto g = riroi_geometry<scalar_t, acc_t>(roi, levels.spatial_scale[l], opt.out_h, opt.out_w,
                                              opt.num_samples, num_o, opt.clockwise);
@@ -330,7 +337,6 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
     const scalar_t* chunk_map =
         levels.data[l] + static_cast<int64_t>(n) * height * width * channels + chunk_start;
     const scalar_t* map = chunk_map + lane;
-    scalar_t* out = output + (k * channels + chunk_start) * bins;
     // v: this lane's channel summed over the bin's samples -> orientation alignment -> tile
     auto emit = [&](int bin, acc_t v) {
       const acc_t main = __shfl_sync(kFullWarpMask, v, main_lane);
@@ -390,7 +396,10 @@ forward_any_orientations_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t
     const int64_t c = i / (static_cast<int64_t>(bins) * num_o * num_rois);  // group
     const scalar_t* roi = rois + k * 6;
     int l, n;
-    if (!roi_level_and_image(roi, roi_levels, k, levels.count, batch_size, &l, &n)) continue;
+    if (!roi_level_and_image(roi, roi_levels, k, levels.count, batch_size, &l, &n)) {
+      output[(k * channels + c * num_o + o) * bins + bin] = scalar_t(0);
+      continue;
+    }
     const int height = levels.height[l], width = levels.width[l];
     const int64_t plane = static_cast<int64_t>(height) * width;
     const auto g = riroi_geometry<scalar_t, acc_t>(roi, levels.spatial_scale[l], opt.out_h,
