@@ -15,7 +15,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import redet_plugin  # noqa: E402,F401
 from _capture import capture  # noqa: E402
 
-BAD_VALUES = [(0, 7.0), (0, -1.0), (0, 0.5), (0, float("nan")), (2, float("nan")), (4, float("inf"))]
+BAD_VALUES = [(0, 7.0), (0, -1.0), (0, 0.5), (0, float("nan")), (2, float("nan")),
+              (4, float("inf"))]
 
 
 def channels_last_at_offset(x, offset):
@@ -65,9 +66,11 @@ def run():
 def run_bad_rows():
     """Bad rows in eager calls (raised after the kernel) and in graph replays (guards only), on the
     vector path (float, even C) and the scalar path (double), forward and backward."""
-    for dtype, layout in ((torch.float32, LAYOUTS["nchw"]), (torch.float64, LAYOUTS["channels_last"]),
+    for dtype, layout in ((torch.float32, LAYOUTS["nchw"]),
+                          (torch.float64, LAYOUTS["channels_last"]),
                           (torch.float16, LAYOUTS["channels_last"])):
-        x = layout(torch.randn(2, 66, 7, 6, device="cuda", dtype=dtype)).detach().requires_grad_(True)
+        x = layout(torch.randn(2, 66, 7, 6, device="cuda", dtype=dtype)).detach()
+        x.requires_grad_(True)
         rois = torch.tensor([[0, 1., 1, 8, 6], [1, 0, 0, 12, 12], [0, 3, 2, 9, 11]],
                             device="cuda", dtype=dtype)
         grad = torch.ones(3, 66, 3, 2, device="cuda", dtype=dtype)

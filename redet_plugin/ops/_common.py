@@ -43,13 +43,15 @@ def rois_with_batch_index(rois: Union[torch.Tensor, List[torch.Tensor]], box_dim
     if isinstance(rois, torch.Tensor):
         return rois
     if not isinstance(rois, (list, tuple)) or not all(isinstance(b, torch.Tensor) for b in rois):
-        raise TypeError(f"{op}: rois must be a tensor or a list of tensors, got {type(rois).__name__}")
+        raise TypeError(f"{op}: rois must be a tensor or a list of tensors, got "
+                        f"{type(rois).__name__}")
     for i, boxes in enumerate(rois):
         if boxes.dim() != 2 or boxes.size(1) != box_dim:
             raise ValueError(f"{op}: rois[{i}] must be a (Ki, {box_dim}) tensor of boxes, got "
                              f"shape {tuple(boxes.shape)}")
     if not rois:
-        raise ValueError(f"{op}: rois is an empty list; pass a (0, {box_dim + 1}) tensor for no boxes")
+        raise ValueError(f"{op}: rois is an empty list; pass a (0, {box_dim + 1}) tensor for no "
+                         "boxes")
     boxes = torch.cat(list(rois), dim=0)
     index = torch.cat([torch.full((len(b), 1), i, dtype=boxes.dtype, device=boxes.device)
                        for i, b in enumerate(rois)], dim=0)

@@ -1,6 +1,7 @@
 """RiRoIAlignRotated: rotation-invariant RoI align for rotated RoIs (ReDet).
 
-Schemas, kernels and the geometry both backends share (riroi_geometry.h): csrc/riroi_align_rotated/.
+Schemas, kernels and the geometry both backends share (riroi_geometry.h) are in
+csrc/riroi_align_rotated/.
 input (N, C*nO, H, W) holds C orientation fields of nO channels each (channel c*nO + o); rois are
 (K, 6) = (batch_index, cx, cy, w, h, theta in radians) in image coordinates, or a list of
 per-image (Ki, 5) boxes. Each RoI is sampled on its rotated grid (the peer's spatial rules: w, h
@@ -20,10 +21,11 @@ The gradient flows to the features only; under torch.use_deterministic_algorithm
 backward is bitwise repeatable (the CPU backward always is).
 
 Bad input raises a RuntimeError naming the argument. Shapes, dtypes and options are checked before
-anything runs. The values of rois (finite, integer batch index in [0, N), multi-level: level in [0, L)) are checked on
-the CPU before computing; on CUDA after the kernels are enqueued (the GPU never waits for the
-host; the kernels skip bad rows), and not at all while a CUDA graph is captured, where a bad row
-pools zeros and passes no gradient (README: "Bad input, host waits and CUDA graphs").
+anything runs. The values of rois (finite, integer batch index in [0, N); multi-level: level in
+[0, L)) are checked on the CPU before computing; on CUDA after the kernels are enqueued (the GPU
+never waits for the host; the kernels skip bad rows), and not at all while a CUDA graph is
+captured, where a bad row pools zeros and passes no gradient (README: "Bad input, host waits and
+CUDA graphs").
 """
 from typing import List, Optional, Sequence, Union
 
@@ -64,14 +66,15 @@ if _ext.is_loaded():
                                   channels, heights, widths):
         return [grad.new_empty((batch_size, channels, h, w)) for h, w in zip(heights, widths)]
 
-    # Autograd (double backward included): csrc/riroi_align_rotated/riroi_align_rotated_autograd.cpp
-    # (in C++, so a call costs no Python round trip).
+    # Autograd (double backward included), in C++ so that a call costs no Python round trip:
+    # csrc/riroi_align_rotated/riroi_align_rotated_autograd.cpp.
 
 
 def _options(num_samples, num_orientations, clockwise, legacy_orientation, op: str):
     """The options as the op's argument types (their values are the op's to check)."""
-    return (as_int(num_samples, "num_samples", op), as_int(num_orientations, "num_orientations", op),
-            bool(clockwise), bool(legacy_orientation))
+    return (as_int(num_samples, "num_samples", op),
+            as_int(num_orientations, "num_orientations", op), bool(clockwise),
+            bool(legacy_orientation))
 
 
 def riroi_align_rotated(input: torch.Tensor, rois: Union[torch.Tensor, List[torch.Tensor]],
@@ -108,7 +111,7 @@ def riroi_align_rotated_multilevel(features: Sequence[torch.Tensor], rois: torch
     scales = [as_float(s, "spatial_scales[i]", MULTI_OP) for s in spatial_scales]
     out_h, out_w = output_size_pair(output_size, MULTI_OP)
     options = _options(num_samples, num_orientations, clockwise, legacy_orientation, MULTI_OP)
-    _ext.require(MULTI_OP, *[f for f in features if isinstance(f, torch.Tensor)], rois)
+    _ext.require(MULTI_OP, *features, rois)
     return torch.ops.redet.riroi_align_rotated_multilevel(list(features), rois, levels, scales,
                                                           out_h, out_w, *options)
 

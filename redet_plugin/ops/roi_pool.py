@@ -5,10 +5,10 @@ coordinates, or a list of per-image (Ki, 4) boxes. Corners are rounded after sca
 spatial_scale, malformed RoIs become 1x1, empty bins give 0 and pass no gradient.
 
 Bad input raises a RuntimeError naming the argument. Shapes, dtypes and options are checked before
-anything runs. The values of rois (finite, integer batch index in [0, N)) are checked on
-the CPU before computing; on CUDA after the kernels are enqueued (the GPU never waits for the
-host; the kernels skip bad rows), and not at all while a CUDA graph is captured, where a bad row
-pools zeros (argmax -1) and passes no gradient (README: "Bad input, host waits and CUDA graphs").
+anything runs. The values of rois (finite, integer batch index in [0, N)) are checked on the CPU
+before computing; on CUDA after the kernel is enqueued (the GPU never waits for the host; the
+kernel skips bad rows), and not at all while a CUDA graph is captured, where a bad row pools zeros
+(argmax -1) and passes no gradient (README: "Bad input, host waits and CUDA graphs").
 """
 from typing import List, Sequence, Union
 
