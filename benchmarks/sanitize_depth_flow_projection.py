@@ -6,11 +6,14 @@ everything pushed off the image (all holes), border landings, B > 1, and the lar
 the tests on a wide image (many row words), a tall one and a very tall narrow one (searches over
 many column words), and exact cases on the fill kernels' boundaries (see test_depth_flow_projection_fill_exact.py); with and without
 the depth check (its flag), one image large enough for the marking's one-warp-per-tile path, and
-one invalid depth.
+invalid depths: checked (raised after the kernels), unchecked, and in replays of a captured CUDA
+graph (nothing checks: such pixels contribute nothing).
 Usage (repo root): compute-sanitizer --tool memcheck python -m benchmarks.sanitize_depth_flow_projection"""
+
 import torch
 
-import redet_plugin.ops
+import redet_plugin.ops  # noqa: F401
+from benchmarks._capture import capture
 from benchmarks.flow_inputs import HOLE_KINDS, exact_hole_case, hole_case
 
 
@@ -74,7 +77,32 @@ def run():
         raise AssertionError("invalid depth not reported")
     except RuntimeError as error:
         assert "depth must be > 0" in str(error)
+    run_invalid_depth_unchecked_and_captured()
     torch.cuda.synchronize()
+
+
+def run_invalid_depth_unchecked_and_captured():
+    flow = (torch.randn(2, 2, 9, 40, device="cuda") * 3).requires_grad_(True)
+    depth = (torch.rand(2, 1, 9, 40, device="cuda") + 0.5).requires_grad_(True)
+    grad = torch.ones(2, 2, 9, 40, device="cuda")
+    for deterministic in (False, True):
+        torch.use_deterministic_algorithms(deterministic)
+        for fill in (False, True):
+            def step(flow, depth, grad):
+                out = redet_plugin.ops.depth_flow_projection(flow, depth, 0.5, fill)
+                return (out, *torch.autograd.grad(out, (flow, depth), grad))
+
+            graph, _ = capture(step, flow, depth, grad)
+            for value in (0.0, -1.0, float("nan")):
+                with torch.no_grad():
+                    depth[1, 0, 4, 17] = value
+                graph.replay()
+                out = redet_plugin.ops.depth_flow_projection(flow, depth, 0.5, fill,
+                                                             check_depth=False)
+                torch.autograd.grad(out, (flow, depth), grad)
+                with torch.no_grad():
+                    depth[1, 0, 4, 17] = 1.0
+    torch.use_deterministic_algorithms(False)
 
 
 if __name__ == "__main__":

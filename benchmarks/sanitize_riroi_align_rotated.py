@@ -4,7 +4,9 @@ channels-last input; chunks that fill a warp, leave lanes idle, or end part-way;
 bin parts per warp and passes of 8 bins that end with one bin) and the NCHW
 kernel of nO > 32; fast and deterministic backward: the channels-last scatter (both grids, grad
 tiles of 32 bins with a partial last tile, idle lanes) with its channels-last -> NCHW conversion,
-and the older scatter of nO > 32; multi-level with mixed layouts.
+and the older scatter of nO > 32; multi-level with mixed layouts. Bad RoI rows (NaN/inf, bad
+batch index or level) reach the kernels in eager calls (the check raises after them) and in replays
+of captured CUDA graphs (nothing checks: the kernels write zeros / skip the row).
 Usage: compute-sanitizer --tool memcheck python benchmarks/sanitize_riroi_align_rotated.py
        compute-sanitizer --tool racecheck python benchmarks/sanitize_riroi_align_rotated.py"""
 import math
@@ -12,6 +14,7 @@ import math
 import torch
 
 import redet_plugin.ops  # noqa: F401
+from benchmarks._capture import capture
 from redet_plugin.ops import riroi_align_rotated, riroi_align_rotated_multilevel
 
 # (batch, height, width, rois): off-map, 1 x 1 map, no RoIs, a RoI covering the whole map
@@ -124,8 +127,47 @@ def run_rejected_rois():
         raise AssertionError("level 9 was not rejected")
 
 
+BAD_VALUES = ((0, 7.0), (0, 0.5), (0, float("nan")), (1, float("nan")), (3, float("inf")),
+              (5, float("inf")))
+
+
+def run_captured_bad_rows():
+    """Graph replays with bad rows: forward (zeros) and backward (skipped) of the channels-last
+    kernels (both grids) and of the nO > 32 ones, and a bad level in the multi-level op."""
+    for nO, num_samples in ((8, 2), (8, 0), (40, 0)):
+        x = torch.randn(2, nO, 6, 7, device="cuda").requires_grad_(True)
+        rois = torch.tensor([[0, 3., 3, 4, 2, 0.5]] * 3, device="cuda")
+        grad = torch.ones(3, nO, 2, 2, device="cuda")
+
+        def step(x, rois, grad):
+            out = riroi_align_rotated(x, rois, (2, 2), 0.5, num_samples, nO)
+            return (out, *torch.autograd.grad(out, x, grad))
+
+        graph, _ = capture(step, x, rois, grad)
+        for column, value in BAD_VALUES:
+            good = rois[1, column].item()
+            rois[1, column] = value
+            graph.replay()
+            rois[1, column] = good
+    features = [torch.randn(2, 16, s, s, device="cuda").requires_grad_(True) for s in (8, 4)]
+    rois = torch.tensor([[0, 3., 3, 4, 2, 0.5], [1, 3, 3, 4, 2, 0.5]], device="cuda")
+    levels = torch.tensor([1, 0], device="cuda")
+    grad = torch.ones(2, 16, 2, 2, device="cuda")
+
+    def multilevel_step(features, rois, levels, grad):
+        out = riroi_align_rotated_multilevel(features, rois, levels, [0.5, 0.25], (2, 2), 2, 8)
+        return (out, *torch.autograd.grad(out, features, grad))
+
+    graph, _ = capture(multilevel_step, features, rois, levels, grad)
+    for level in (9, -1):
+        levels[0] = level
+        graph.replay()
+    torch.cuda.synchronize()
+
+
 def run():
     run_rejected_rois()
+    run_captured_bad_rows()
     layouts = (torch.contiguous_format, torch.channels_last)
     for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16]:
         for s, (batch, height, width, rois) in enumerate(SPATIAL_CASES):

@@ -3,10 +3,17 @@ forward with its shared-memory tiles on both paths, backward, deterministic back
 Forward paths (csrc/roi_pool/cuda/roi_pool_cuda.cu): the vector path (2 channels a lane) for float,
 half and bfloat16 with an even C and an aligned data pointer; the scalar path for double, odd C and
 a channels-last view at an odd storage offset (misaligned pairs). Every case runs on NCHW input
-(the transpose kernel), channels-last input, and the misaligned channels-last view."""
+(the transpose kernel), channels-last input, and the misaligned channels-last view. Bad RoI rows
+(NaN/inf, batch index out of range or not an integer) reach the kernels twice: in eager calls
+(the check raises after them) and in replays of a captured CUDA graph (nothing checks)."""
+
 import torch
 
 import redet_plugin.ops  # noqa: F401
+from benchmarks._capture import capture
+
+BAD_VALUES = [(0, 7.0), (0, -1.0), (0, 0.5), (0, float("nan")), (2, float("nan")),
+              (4, float("inf"))]
 
 
 def channels_last_at_offset(x, offset):
@@ -48,8 +55,43 @@ def run():
                     out = redet_plugin.ops.roi_pool(xd, rois.to("cuda", dtype), output_size, 0.5)
                     out.backward(torch.ones_like(out))
                 torch.use_deterministic_algorithms(False)
+    run_bad_rows()
     torch.cuda.synchronize()
     print("sanitize_roi_pool: done")
+
+
+def run_bad_rows():
+    """Bad rows in eager calls (raised after the kernel) and in graph replays (guards only), on the
+    vector path (float, even C) and the scalar path (double), forward and backward."""
+    for dtype, layout in ((torch.float32, LAYOUTS["nchw"]),
+                          (torch.float64, LAYOUTS["channels_last"]),
+                          (torch.float16, LAYOUTS["channels_last"])):
+        x = layout(torch.randn(2, 66, 7, 6, device="cuda", dtype=dtype)).detach()
+        x.requires_grad_(True)
+        rois = torch.tensor([[0, 1., 1, 8, 6], [1, 0, 0, 12, 12], [0, 3, 2, 9, 11]],
+                            device="cuda", dtype=dtype)
+        grad = torch.ones(3, 66, 3, 2, device="cuda", dtype=dtype)
+
+        def step(x, rois, grad):
+            out = redet_plugin.ops.roi_pool(x, rois, (3, 2), 0.5)
+            return (out, *torch.autograd.grad(out, x, grad))
+
+        for column, value in BAD_VALUES:
+            bad = rois.clone()
+            bad[1, column] = value
+            try:
+                step(x, bad, grad)
+            except RuntimeError:
+                pass
+            else:
+                raise AssertionError(f"rois[1, {column}] = {value} was not rejected")
+        graph, _ = capture(step, x, rois, grad)
+        for column, value in BAD_VALUES:
+            good = rois[1, column].item()
+            rois[1, column] = value
+            graph.replay()
+            rois[1, column] = good
+        torch.cuda.synchronize()
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ def require(op: str, *tensors: torch.Tensor) -> None:
     if _C is None:
         raise RuntimeError(f"redet_plugin.ops.{op}: the compiled library redet_plugin._C could "
                            f"not be loaded ({LOAD_ERROR}); {REBUILD_HINT}.")
-    if not with_cuda() and any(t.is_cuda for t in tensors):
+    if not with_cuda() and any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors):
         raise RuntimeError(f"redet_plugin.ops.{op}: got CUDA tensors, but redet_plugin._C was "
                            "built without CUDA. Rebuild on a machine with CUDA: "
                            "`FORCE_CUDA=1 pip install --no-build-isolation -e .`")

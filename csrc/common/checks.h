@@ -5,6 +5,8 @@
 #include <cmath>
 #include <string>
 
+#include "common/roi_rows.h"
+
 namespace redet {
 
 inline void check_feature_map(const at::Tensor& input, const char* op) {
@@ -14,8 +16,9 @@ inline void check_feature_map(const at::Tensor& input, const char* op) {
               ": input must be float16, bfloat16, float32 or float64, got ", input.scalar_type());
 }
 
-// First RoI rows that break the rules (-1 when none): a NaN/inf value, a batch index that is not
-// an integer in [0, num_images), a level index (multi-level ops) outside [0, num_levels).
+// First RoI rows that break the rules of common/roi_rows.h (-1 when none), by the rule broken: a
+// NaN/inf value, a batch index that is not an integer in [0, num_images), a level index
+// (multi-level ops) outside [0, num_levels).
 struct BadRois {
   int64_t non_finite_row = -1;
   int64_t bad_index_row = -1;
@@ -23,7 +26,7 @@ struct BadRois {
 };
 
 // rois: (K, ncols) with column 0 the batch index, on input's device and of its dtype. Only the
-// layout: the values are checked by find_bad_rois_cpu here, or on the GPU by
+// layout: the values are checked by check_roi_values_cpu here, or on the GPU by
 // common/cuda/roi_checks.cuh, both reported by raise_if_bad_rois.
 inline void check_rois_layout(const at::Tensor& rois, const at::Tensor& input, int64_t ncols,
                               const char* layout, const char* op) {
@@ -36,23 +39,23 @@ inline void check_rois_layout(const at::Tensor& rois, const at::Tensor& input, i
               rois.scalar_type());
 }
 
-// levels undefined: a single-level op.
+// rois and levels on the host. levels undefined: a single-level op.
 inline BadRois find_bad_rois_cpu(const at::Tensor& rois, int64_t num_images,
                                  const at::Tensor& levels = at::Tensor(), int64_t num_levels = 0) {
   const auto r = rois.to(at::kDouble).contiguous();
   const double* p = r.data_ptr<double>();
   const auto l = levels.defined() ? levels.contiguous() : levels;
   const int64_t* level = l.defined() ? l.data_ptr<int64_t>() : nullptr;
+  const int ncols = static_cast<int>(r.size(1));
   BadRois bad;
   for (int64_t k = 0; k < r.size(0); ++k) {
-    const double* row = p + k * r.size(1);
-    bool finite = true;
-    for (int64_t j = 0; j < r.size(1); ++j) finite = finite && std::isfinite(row[j]);
-    if (!finite && bad.non_finite_row < 0) bad.non_finite_row = k;
-    const bool index_ok = row[0] == std::floor(row[0]) && row[0] >= 0 && row[0] < num_images;
-    if (finite && !index_ok && bad.bad_index_row < 0) bad.bad_index_row = k;
-    const bool level_ok = level == nullptr || (level[k] >= 0 && level[k] < num_levels);
-    if (!level_ok && bad.bad_level_row < 0) bad.bad_level_row = k;
+    const auto fault = roi_row_fault(p + k * ncols, ncols, num_images, level ? level[k] : 0,
+                                     level ? num_levels : 1);
+    int64_t* first = fault == RoiRowFault::kNonFinite ? &bad.non_finite_row
+                     : fault == RoiRowFault::kBadIndex ? &bad.bad_index_row
+                     : fault == RoiRowFault::kBadLevel ? &bad.bad_level_row
+                                                       : nullptr;
+    if (first != nullptr && *first < 0) *first = k;
   }
   return bad;
 }

@@ -2,7 +2,7 @@
 // kernels.
 //
 // Source pixel y (flow F(y), weight w(y), G = t·F(y)) reaches up to four pixels x
-// (common/flow_projection.h), and there d out(x)/d F(y) = −t·w/count(x) and
+// (flow_projection.h), and there d out(x)/d F(y) = −t·w/count(x) and
 // d out(x)/d w(y) = −(G + out(x))/count(x). With ĝ(x) the gradient reaching pixel x's projected
 // value (grad_output, plus with hole filling what the holes filled from x pass back:
 // hole_fill_backward.h), the backward is two steps:
@@ -15,7 +15,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "common/flow_projection.h"
+#include "depth_flow_projection/flow_projection.h"
 #include "common/macros.h"
 
 namespace redet {
@@ -78,6 +78,14 @@ REDET_HOST_DEVICE void source_gradient(bool landed, acc_t t, acc_t gx, acc_t gy,
   *grad_fx = -t * w * s.x;
   *grad_fy = -t * w * s.y;
   *grad_w = -(gx * s.x + gy * s.y + s.w);
+}
+
+// A source pixel's weight, 0 when its depth input is invalid (depth_is_valid): such a pixel
+// contributed nothing (check_depth=False, or in a CUDA graph) and gets no gradient.
+template <typename acc_t>
+REDET_HOST_DEVICE acc_t source_weight(acc_t depth, bool inverse_depth, bool* valid) {
+  *valid = depth_is_valid(depth, inverse_depth);
+  return *valid ? projection_weight(depth, inverse_depth) : acc_t(0);
 }
 
 // The gradient with respect to the depth input as given: w itself, or D with w = 1/D (dw/dD = −w²).

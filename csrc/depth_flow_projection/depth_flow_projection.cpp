@@ -1,6 +1,6 @@
 // Schemas of the depth-aware flow projection (DAIN) and its backward.
 // Kernels: cpu/depth_flow_projection_cpu.cpp, cuda/depth_flow_projection_cuda.cu;
-// per-pixel math: common/flow_projection.h.
+// per-pixel math: flow_projection.h.
 #include <torch/library.h>
 
 TORCH_LIBRARY_FRAGMENT(redet, m) {

@@ -35,8 +35,10 @@ inline void check_depth_flow_projection_args(const at::Tensor& flow, const at::T
               ": image too large, got ", flow.sizes());
 }
 
-// depth must be > 0 (+inf allowed: weight 0); an inverse depth must be finite and >= 0.
-// One host sync on CUDA; skipped when the caller asks (check_depth=False).
+// depth must be > 0 (+inf allowed: weight 0); an inverse depth must be finite and >= 0: the rule
+// of depth_is_valid (flow_projection.h), over the whole tensor. The CPU forward runs it first; the
+// CUDA forward only once its kernels flagged a bad value (to name it). Skipped when the caller
+// asks (check_depth=False): the kernels then drop invalid pixels.
 inline void check_depth_values(const at::Tensor& depth, bool inverse_depth, const char* op) {
   if (depth.numel() == 0) return;
   const auto valid = inverse_depth ? depth.ge(0).logical_and(at::isfinite(depth)) : depth.gt(0);

@@ -1,7 +1,7 @@
 // Autograd of the depth-aware flow projection, registered in C++ (at the Autograd key) rather
 // than with torch.library.register_autograd: that runs a Python function on every call, even
-// without gradients (~6 us on a fast host, ~20 us on the GPU machine's), which is as much as the
-// whole GPU forward at (4, 2, 256, 448). The fake kernels stay in redet_plugin/ops.
+// without gradients, which costs as much host time as a small GPU forward takes. The fake kernels
+// stay in redet_plugin/ops.
 #include <torch/autograd.h>
 #include <torch/library.h>
 

@@ -2,7 +2,7 @@
 // each non-hole x's projected value.
 //
 // A filled hole h is the mean of the nearest non-holes found to its left, right, top and bottom
-// (n(h) of them, count(h) = −n(h): common/flow_hole_fill.h), so it passes u(h) = grad(h)/n(h)
+// (n(h) of them, count(h) = −n(h): flow_hole_fill.h), so it passes u(h) = grad(h)/n(h)
 // back to each of them, and
 //   ĝ(x) = grad(x) + Σ u over the runs of holes next to x: left, right, above and below.
 // All holes of one maximal run in a row share the same left and right non-holes (likewise in a

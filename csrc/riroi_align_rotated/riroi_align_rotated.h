@@ -55,6 +55,8 @@ inline void check_riroi_features(at::TensorList features, int64_t num_orientatio
   }
   TORCH_CHECK(first.size(1) % num_orientations == 0, op, ": the channels of ", name, " (",
               first.size(1), ") must be a multiple of num_orientations (", num_orientations, ")");
+  TORCH_CHECK(first.size(1) < (int64_t(1) << 31), op, ": ", name, " has too many channels (",
+              first.size(1), "), expected < 2^31");
 }
 
 inline void check_spatial_scales(at::ArrayRef<double> scales, size_t num_levels, const char* op) {
@@ -64,7 +66,7 @@ inline void check_spatial_scales(at::ArrayRef<double> scales, size_t num_levels,
 }
 
 // levels: (K,) int64 level index of each RoI; its values, in [0, num_levels), are checked with the
-// rois' (check_roi_values_cpu, or the CUDA backend's DeferredRoiCheck).
+// rois' (common/roi_rows.h).
 inline void check_roi_levels(const at::Tensor& levels, const at::Tensor& rois, const char* op) {
   TORCH_CHECK(levels.dim() == 1 && levels.size(0) == rois.size(0), op,
               ": levels must have shape (K,) = (", rois.size(0), ",), got ", levels.sizes());
@@ -87,6 +89,8 @@ inline void check_riroi_grad(const at::Tensor& grad, const at::Tensor& rois, int
               rois.sizes());
   TORCH_CHECK(channels % o.num_orientations == 0, op, ": channels (", channels,
               ") must be a multiple of num_orientations (", o.num_orientations, ")");
+  TORCH_CHECK(channels < (int64_t(1) << 31), op, ": too many channels (", channels,
+              "), expected < 2^31");
 }
 
 // Forward entry checks (both backends) but for the values of rois and levels. levels may be

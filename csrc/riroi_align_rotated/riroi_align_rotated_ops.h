@@ -1,7 +1,10 @@
 // RiRoIAlignRotated: the four op entry points (schemas in riroi_align_rotated.cpp), written once
 // for both backends. A backend supplies only its multi-level implementation, forward_levels and
 // backward_levels; the single-level ops are their one-level case (levels undefined). The backward
-// entry points check grad_output and the options, which they derive the output size from.
+// entry points check grad_output, the options (they derive the output size from grad_output) and
+// the sizes they allocate, not the values of rois and levels: those come from the forward, which
+// checked them, and checking them again on CUDA would cost a host wait; the kernels give a row
+// that breaks the rules (common/roi_rows.h) no gradient.
 #pragma once
 #include <torch/library.h>
 
@@ -99,12 +102,8 @@ std::vector<at::Tensor> riroi_align_rotated_multilevel_backward_op(
   constexpr const char* op = "_riroi_align_rotated_multilevel_backward";
   const auto opt =
       riroi_backward_options(grad, num_samples, num_orientations, clockwise, legacy_orientation);
-  TORCH_CHECK(levels.dim() == 1 && levels.size(0) == rois.size(0) &&
-                  levels.scalar_type() == at::kLong,
-              op, ": levels must be an int64 tensor of shape (K,)");
-  TORCH_CHECK(levels.device() == rois.device(), op, ": levels must be on the device of rois (",
-              rois.device(), "), got ", levels.device());
   check_riroi_backward(grad, rois, channels, opt, op);
+  check_roi_levels(levels, rois, op);
   check_riroi_input_sizes(batch_size, heights, widths, spatial_scales, op);
   return backward_levels(grad, rois, levels, spatial_scales, opt, batch_size, channels, heights,
                          widths, op);

@@ -13,8 +13,10 @@ inline void check_roi_pool_forward(const at::Tensor& input, const at::Tensor& ro
   check_positive(spatial_scale, "spatial_scale", op);
 }
 
-// The raw backward op trusts argmax and the rois' batch indices only as far as the kernels' guards
-// go (entries outside the gradient are skipped); the sizes it allocates are checked here.
+// The backward op does not check the values of rois and argmax (they come from the forward, which
+// checked the rois; checking them on CUDA would cost a host wait): entries the kernels' guards
+// reject (argmax outside the map, a row breaking common/roi_rows.h's rules) pass no gradient.
+// The sizes it allocates are checked here.
 inline void check_roi_pool_backward(const at::Tensor& grad, const at::Tensor& rois,
                                     const at::Tensor& argmax, int64_t batch_size, int64_t channels,
                                     int64_t height, int64_t width) {

@@ -1,12 +1,12 @@
 """Depth-aware flow projection (DAIN) with correct gradients, on CPU and CUDA.
 
-Schema and kernels: csrc/depth_flow_projection/; per-pixel math: csrc/common/flow_projection.h.
+Schema, kernels and per-pixel math (flow_projection.h): csrc/depth_flow_projection/.
 From the flow F0->1 (B, 2, H, W) and the depth D0 (B, 1, H, W) it estimates F_t->0: each pixel y
 lands at p = y + t*F(y) and, if p is inside the image, adds -t*F(y) with weight 1/D(y) to the four
 integer pixels around p (equal weights, as DAIN; at the image border one pixel may get the same
 contribution twice). Each pixel's output is the weighted mean; pixels nothing reached are holes,
 filled (when `fill_holes`) with the mean of the nearest non-holes to the left, right, top and
-bottom (0 if there are none), by two linear sweeps (rows, then columns: csrc/common/flow_hole_fill.h),
+bottom (0 if there are none), by two linear sweeps (rows, then columns: flow_hole_fill.h there),
 so its cost does not depend on how large the holes are. Filling is linear in the projected values,
 so gradients pass through it and it can be used in training. Gradients flow to `flow` and to the depth; unlike DAIN's
 kernel, the depth gradient is right: d out(x)/d w(y) = -(t*F(y) + out(x)) / count(x).
@@ -17,7 +17,11 @@ Conventions:
 - A pixel whose flow is NaN/inf lands nowhere and is dropped (like one pushed off the image).
 - depth must be > 0 (NaN is an error; +inf gives weight 0); `inverse_depth` (1/D0, what DAIN
   passes) must be finite and >= 0; a pixel reached only by weight 0 is a hole. The values are
-  checked unless `check_depth=False` (the check costs one host synchronisation on CUDA).
+  checked unless `check_depth=False`: on the CPU before computing; on CUDA after the kernels are
+  enqueued (one host synchronisation, which the GPU never waits for), and not at all while a CUDA
+  graph is captured. Unchecked, a pixel with an invalid depth contributes nothing and gets no
+  gradient (README: "Bad input, host waits and CUDA graphs"). Other bad input (shapes, dtypes,
+  t outside [0, 1]) raises before anything runs.
 - float16/bfloat16 inputs are accumulated in float32. Under
   torch.use_deterministic_algorithms(True) the CUDA forward uses order-independent 64-bit
   fixed-point sums; the CPU kernels and the CUDA backward (a gather) are deterministic anyway.
@@ -28,6 +32,7 @@ import torch
 from torch import nn
 
 from .. import _ext
+from ._common import as_float
 
 OP = "depth_flow_projection"
 
@@ -50,35 +55,23 @@ if _ext.is_loaded():
     # costs no Python round trip).
 
 
-def _time(t) -> float:
-    if isinstance(t, bool) or not isinstance(t, (int, float)):
-        raise TypeError(f"{OP}: t must be a number in [0, 1], got {t!r}")
-    if not 0.0 <= float(t) <= 1.0:
-        raise ValueError(f"{OP}: t must be in [0, 1], got {t!r}")
-    return float(t)
-
-
 def depth_flow_projection(flow: torch.Tensor, depth: Optional[torch.Tensor] = None,
                           t: float = 0.5, fill_holes: bool = True, *,
                           inverse_depth: Optional[torch.Tensor] = None,
                           check_depth: bool = True) -> torch.Tensor:
     """Projects the flow F0->1 (B, 2, H, W) to F_t->0 (B, 2, H, W), weighting pixels by 1/depth.
 
-    Give exactly one of `depth` (D0, (B, 1, H, W), > 0) and `inverse_depth` (1/D0, >= 0).
+    Give exactly one of `depth` (D0, (B, 1, H, W), > 0) and `inverse_depth` (1/D0, >= 0). Bad
+    input raises (see the module docstring for when on CUDA).
     """
-    if not isinstance(flow, torch.Tensor):
-        raise TypeError(f"{OP}: flow must be a tensor, got {type(flow).__name__}")
     if (depth is None) == (inverse_depth is None):
         raise ValueError(f"{OP}: give exactly one of depth and inverse_depth")
     given = depth if depth is not None else inverse_depth
-    name = "depth" if depth is not None else "inverse_depth"
-    if not isinstance(given, torch.Tensor):
-        raise TypeError(f"{OP}: {name} must be a tensor, got {type(given).__name__}")
     if not isinstance(fill_holes, bool):
         raise TypeError(f"{OP}: fill_holes must be a bool, got {fill_holes!r}")
     _ext.require(OP, flow, given)
-    output, _ = torch.ops.redet.depth_flow_projection(flow, given, _time(t), inverse_depth is not None,
-                                                      fill_holes, bool(check_depth))
+    output, _ = torch.ops.redet.depth_flow_projection(
+        flow, given, as_float(t, "t", OP), inverse_depth is not None, fill_holes, bool(check_depth))
     return output
 
 
@@ -88,7 +81,7 @@ class DepthFlowProjection(nn.Module):
 
     def __init__(self, t: float = 0.5, fill_holes: bool = True, check_depth: bool = True):
         super().__init__()
-        self.t = _time(t)
+        self.t = as_float(t, "t", OP)
         if not isinstance(fill_holes, bool):
             raise TypeError(f"{OP}: fill_holes must be a bool, got {fill_holes!r}")
         self.fill_holes = fill_holes

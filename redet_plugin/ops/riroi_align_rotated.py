@@ -1,6 +1,7 @@
 """RiRoIAlignRotated: rotation-invariant RoI align for rotated RoIs (ReDet).
 
-Schemas and kernels: csrc/riroi_align_rotated/ (geometry shared in csrc/common/riroi_geometry.h).
+Schemas, kernels and the geometry both backends share (riroi_geometry.h) are in
+csrc/riroi_align_rotated/.
 input (N, C*nO, H, W) holds C orientation fields of nO channels each (channel c*nO + o); rois are
 (K, 6) = (batch_index, cx, cy, w, h, theta in radians) in image coordinates, or a list of
 per-image (Ki, 5) boxes. Each RoI is sampled on its rotated grid (the peer's spatial rules: w, h
@@ -18,6 +19,13 @@ tests/test_ops/test_riroi_align_rotated.py).
 
 The gradient flows to the features only; under torch.use_deterministic_algorithms(True) the CUDA
 backward is bitwise repeatable (the CPU backward always is).
+
+Bad input raises a RuntimeError naming the argument. Shapes, dtypes and options are checked before
+anything runs. The values of rois (finite, integer batch index in [0, N); multi-level: level in
+[0, L)) are checked on the CPU before computing; on CUDA after the kernels are enqueued (the GPU
+never waits for the host; the kernels skip bad rows), and not at all while a CUDA graph is
+captured, where a bad row pools zeros and passes no gradient (README: "Bad input, host waits and
+CUDA graphs").
 """
 from typing import List, Optional, Sequence, Union
 
@@ -25,11 +33,10 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import output_size_pair, positive_float, rois_with_batch_index
+from ._common import as_float, as_int, output_size_pair, rois_with_batch_index
 
 OP = "riroi_align_rotated"
 MULTI_OP = "riroi_align_rotated_multilevel"
-ROI_LAYOUT = "(batch_index, cx, cy, w, h, theta)"
 
 if _ext.is_loaded():
     @torch.library.register_fake("redet::riroi_align_rotated")
@@ -59,93 +66,29 @@ if _ext.is_loaded():
                                   channels, heights, widths):
         return [grad.new_empty((batch_size, channels, h, w)) for h, w in zip(heights, widths)]
 
-    def _setup_context(ctx, inputs, output):
-        input, rois, spatial_scale, _, _, *options = inputs
-        ctx.save_for_backward(rois)
-        ctx.input_shape = input.shape
-        ctx.scale_and_options = (spatial_scale, *options)
-
-    def _backward(ctx, grad_output):
-        (rois,) = ctx.saved_tensors
-        grad_input = None
-        if ctx.needs_input_grad[0]:
-            grad_input = torch.ops.redet._riroi_align_rotated_backward(
-                grad_output, rois, *ctx.scale_and_options, *ctx.input_shape)
-        return grad_input, None, None, None, None, None, None, None, None
-
-    def _setup_multilevel_context(ctx, inputs, output):
-        features, rois, levels, spatial_scales, _, _, *options = inputs
-        ctx.save_for_backward(rois, levels)
-        ctx.spatial_scales = spatial_scales
-        ctx.options = options
-        ctx.batch_and_channels = tuple(features[0].shape[:2])
-        ctx.heights = [f.shape[2] for f in features]
-        ctx.widths = [f.shape[3] for f in features]
-
-    def _multilevel_backward(ctx, grad_output):
-        rois, levels = ctx.saved_tensors
-        grads = None
-        if ctx.needs_input_grad[0]:
-            grads = torch.ops.redet._riroi_align_rotated_multilevel_backward(
-                grad_output, rois, levels, ctx.spatial_scales, *ctx.options,
-                *ctx.batch_and_channels, ctx.heights, ctx.widths)
-        return grads, None, None, None, None, None, None, None, None, None
-
-    # The backward is linear in grad_output and is the forward's transpose, so its own gradient
-    # (double backward) is the forward applied to the incoming gradient.
-    def _setup_backward_context(ctx, inputs, output):
-        grad_output, rois, spatial_scale, *options_and_shape = inputs
-        ctx.save_for_backward(rois)
-        ctx.args = (spatial_scale, *grad_output.shape[2:], *options_and_shape[:4])
-
-    def _double_backward(ctx, grad_grad_input):
-        (rois,) = ctx.saved_tensors
-        grad_grad_output = torch.ops.redet.riroi_align_rotated(grad_grad_input, rois, *ctx.args)
-        return (grad_grad_output,) + (None,) * 10
-
-    def _setup_multilevel_backward_context(ctx, inputs, output):
-        grad_output, rois, levels, spatial_scales, *options_and_shape = inputs
-        ctx.save_for_backward(rois, levels)
-        ctx.args = (spatial_scales, *grad_output.shape[2:], *options_and_shape[:4])
-
-    def _multilevel_double_backward(ctx, grad_grad_features):
-        rois, levels = ctx.saved_tensors
-        grad_grad_output = torch.ops.redet.riroi_align_rotated_multilevel(
-            list(grad_grad_features), rois, levels, *ctx.args)
-        return (grad_grad_output,) + (None,) * 11
-
-    torch.library.register_autograd("redet::riroi_align_rotated", _backward,
-                                    setup_context=_setup_context)
-    torch.library.register_autograd("redet::riroi_align_rotated_multilevel",
-                                    _multilevel_backward, setup_context=_setup_multilevel_context)
-    torch.library.register_autograd("redet::_riroi_align_rotated_backward", _double_backward,
-                                    setup_context=_setup_backward_context)
-    torch.library.register_autograd("redet::_riroi_align_rotated_multilevel_backward",
-                                    _multilevel_double_backward,
-                                    setup_context=_setup_multilevel_backward_context)
+    # Autograd (double backward included), in C++ so that a call costs no Python round trip:
+    # csrc/riroi_align_rotated/riroi_align_rotated_autograd.cpp.
 
 
 def _options(num_samples, num_orientations, clockwise, legacy_orientation, op: str):
-    for name, value in (("num_samples", num_samples), ("num_orientations", num_orientations)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{op}: {name} must be an int, got {value!r}")
-    if num_samples < 0:
-        raise ValueError(f"{op}: num_samples must be >= 0 (0 = adaptive), got {num_samples}")
-    if num_orientations < 1:
-        raise ValueError(f"{op}: num_orientations must be >= 1, got {num_orientations}")
-    return num_samples, num_orientations, bool(clockwise), bool(legacy_orientation)
+    """The options as the op's argument types (their values are the op's to check)."""
+    return (as_int(num_samples, "num_samples", op),
+            as_int(num_orientations, "num_orientations", op), bool(clockwise),
+            bool(legacy_orientation))
 
 
 def riroi_align_rotated(input: torch.Tensor, rois: Union[torch.Tensor, List[torch.Tensor]],
                         output_size: Union[int, Sequence[int]], spatial_scale: float = 1.0,
                         num_samples: int = 0, num_orientations: int = 8, clockwise: bool = False,
                         legacy_orientation: bool = False) -> torch.Tensor:
-    """Pools each rotated RoI of `input` (N, C*nO, H, W) into (K, C*nO, *output_size)."""
-    if not isinstance(input, torch.Tensor):
-        raise TypeError(f"{OP}: input must be a tensor, got {type(input).__name__}")
-    rois = rois_with_batch_index(rois, 5, ROI_LAYOUT, OP)
+    """Pools each rotated RoI of `input` (N, C*nO, H, W) into (K, C*nO, *output_size).
+
+    rois: (K, 6) = (batch_index, cx, cy, w, h, theta), or a list of per-image (Ki, 5) boxes. Bad
+    input raises (see the module docstring for when on CUDA).
+    """
+    rois = rois_with_batch_index(rois, 5, OP)
     out_h, out_w = output_size_pair(output_size, OP)
-    scale = positive_float(spatial_scale, "spatial_scale", OP)
+    scale = as_float(spatial_scale, "spatial_scale", OP)
     options = _options(num_samples, num_orientations, clockwise, legacy_orientation, OP)
     _ext.require(OP, input, rois)
     return torch.ops.redet.riroi_align_rotated(input, rois, scale, out_h, out_w, *options)
@@ -158,22 +101,14 @@ def riroi_align_rotated_multilevel(features: Sequence[torch.Tensor], rois: torch
                                    legacy_orientation: bool = False) -> torch.Tensor:
     """RiRoIAlignRotated over feature levels in one kernel launch.
 
-    features: list of (N, C*nO, H_l, W_l) maps; RoI k is pooled from features[levels[k]] with
-    spatial_scales[levels[k]]. Equal to calling :func:`riroi_align_rotated` per level and
-    scattering the results; every level gets a gradient (zeros where it has no RoI).
+    features: list of (N, C*nO, H_l, W_l) maps; RoI k is pooled from features[levels[k]] (levels:
+    (K,) int64) with spatial_scales[levels[k]]. Equal to calling :func:`riroi_align_rotated` per
+    level and scattering the results; every level gets a gradient (zeros where it has no RoI).
     """
-    if (not isinstance(features, (list, tuple)) or not features
-            or not all(isinstance(f, torch.Tensor) for f in features)):
-        raise TypeError(f"{MULTI_OP}: features must be a non-empty list of tensors, got "
+    if not isinstance(features, (list, tuple)):
+        raise TypeError(f"{MULTI_OP}: features must be a list of tensors, got "
                         f"{type(features).__name__}")
-    if not isinstance(rois, torch.Tensor) or not isinstance(levels, torch.Tensor):
-        raise TypeError(f"{MULTI_OP}: rois and levels must be tensors")
-    if levels.dtype != torch.int64:
-        raise TypeError(f"{MULTI_OP}: levels must be an int64 tensor, got {levels.dtype}")
-    scales = [positive_float(s, "spatial_scales[i]", MULTI_OP) for s in spatial_scales]
-    if len(scales) != len(features):
-        raise ValueError(f"{MULTI_OP}: spatial_scales must have one scale per feature level "
-                         f"({len(features)}), got {len(scales)}")
+    scales = [as_float(s, "spatial_scales[i]", MULTI_OP) for s in spatial_scales]
     out_h, out_w = output_size_pair(output_size, MULTI_OP)
     options = _options(num_samples, num_orientations, clockwise, legacy_orientation, MULTI_OP)
     _ext.require(MULTI_OP, *features, rois)
@@ -197,7 +132,7 @@ class RiRoIAlignRotated(nn.Module):
             raise ValueError(f"{OP}: output_size={output_size!r} and its alias "
                              f"out_size={out_size!r} disagree")
         self.output_size = output_size_pair(output_size if output_size is not None else out_size, OP)
-        self.spatial_scale = positive_float(spatial_scale, "spatial_scale", OP)
+        self.spatial_scale = as_float(spatial_scale, "spatial_scale", OP)
         (self.num_samples, self.num_orientations, self.clockwise,
          self.legacy_orientation) = _options(num_samples, num_orientations, clockwise,
                                              legacy_orientation, OP)

@@ -3,6 +3,12 @@
 Schema and kernels: csrc/roi_pool/. rois are (K, 5) = (batch_index, x1, y1, x2, y2) in image
 coordinates, or a list of per-image (Ki, 4) boxes. Corners are rounded after scaling by
 spatial_scale, malformed RoIs become 1x1, empty bins give 0 and pass no gradient.
+
+Bad input raises a RuntimeError naming the argument. Shapes, dtypes and options are checked before
+anything runs. The values of rois (finite, integer batch index in [0, N)) are checked on the CPU
+before computing; on CUDA after the kernel is enqueued (the GPU never waits for the host; the
+kernel skips bad rows), and not at all while a CUDA graph is captured, where a bad row pools zeros
+(argmax -1) and passes no gradient (README: "Bad input, host waits and CUDA graphs").
 """
 from typing import List, Sequence, Union
 
@@ -10,7 +16,7 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import output_size_pair, positive_float, rois_with_batch_index
+from ._common import as_float, output_size_pair, rois_with_batch_index
 
 OP = "roi_pool"
 
@@ -25,44 +31,20 @@ if _ext.is_loaded():
     def _roi_pool_backward_fake(grad, rois, argmax, batch_size, channels, height, width):
         return grad.new_empty((batch_size, channels, height, width))
 
-    def _setup_context(ctx, inputs, output):
-        input, rois, *_ = inputs
-        ctx.save_for_backward(rois, output[1])
-        ctx.input_shape = input.shape
-
-    def _backward(ctx, grad_output, _grad_argmax):
-        rois, argmax = ctx.saved_tensors
-        grad_input = None
-        if ctx.needs_input_grad[0]:
-            grad_input = torch.ops.redet._roi_pool_backward(grad_output, rois, argmax,
-                                                            *ctx.input_shape)
-        return grad_input, None, None, None, None
-
-    def _setup_backward_context(ctx, inputs, output):
-        _, rois, argmax, *_ = inputs
-        ctx.save_for_backward(rois, argmax)
-
-    def _double_backward(ctx, grad_grad_input):
-        # The backward is linear in grad_output: its own gradient gathers at the argmax pixels.
-        rois, argmax = ctx.saved_tensors
-        planes = grad_grad_input.flatten(2)[rois[:, 0].long()]  # (K, C, H * W)
-        index = argmax.clamp(min=0).flatten(2).long()
-        grad_grad_output = planes.gather(2, index).view_as(argmax) * (argmax >= 0)
-        return grad_grad_output, None, None, None, None, None, None
-
-    torch.library.register_autograd("redet::roi_pool", _backward, setup_context=_setup_context)
-    torch.library.register_autograd("redet::_roi_pool_backward", _double_backward,
-                                    setup_context=_setup_backward_context)
+    # Autograd (double backward included): csrc/roi_pool/roi_pool_autograd.cpp (in C++, so a call
+    # costs no Python round trip).
 
 
 def roi_pool(input: torch.Tensor, rois: Union[torch.Tensor, List[torch.Tensor]],
              output_size: Union[int, Sequence[int]], spatial_scale: float = 1.0) -> torch.Tensor:
-    """Max-pools each RoI of `input` (N, C, H, W) into (K, C, *output_size)."""
-    if not isinstance(input, torch.Tensor):
-        raise TypeError(f"{OP}: input must be a tensor, got {type(input).__name__}")
-    rois = rois_with_batch_index(rois, 4, "(batch_index, x1, y1, x2, y2)", OP)
+    """Max-pools each RoI of `input` (N, C, H, W) into (K, C, *output_size).
+
+    rois: (K, 5) = (batch_index, x1, y1, x2, y2), or a list of per-image (Ki, 4) boxes. Bad input
+    raises (see the module docstring for when on CUDA).
+    """
+    rois = rois_with_batch_index(rois, 4, OP)
     pooled_h, pooled_w = output_size_pair(output_size, OP)
-    scale = positive_float(spatial_scale, "spatial_scale", OP)
+    scale = as_float(spatial_scale, "spatial_scale", OP)
     _ext.require(OP, input, rois)
     output, _ = torch.ops.redet.roi_pool(input, rois, scale, pooled_h, pooled_w)
     return output
@@ -74,7 +56,7 @@ class RoIPool(nn.Module):
     def __init__(self, output_size: Union[int, Sequence[int]], spatial_scale: float = 1.0):
         super().__init__()
         self.output_size = output_size_pair(output_size, OP)
-        self.spatial_scale = positive_float(spatial_scale, "spatial_scale", OP)
+        self.spatial_scale = as_float(spatial_scale, "spatial_scale", OP)
 
     def forward(self, input: torch.Tensor, rois) -> torch.Tensor:
         return roi_pool(input, rois, self.output_size, self.spatial_scale)

@@ -40,11 +40,11 @@ def tolerance(dtype):
     return {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-5}.get(dtype, 1e-10)
 
 
-def ours_and_reference_grads(flow, depth, t, fill, inverse=False):
+def ours_and_reference_grads(flow, depth, t, fill, inverse=False, check=True):
     """Output and gradients (flow, depth) of ours and of the reference, for one random grad."""
     grad = torch.randn(flow.shape, generator=torch.Generator().manual_seed(5)).to(flow.device, flow.dtype)
     results = []
-    for fn in (lambda f, d: OP(f, d, t, inverse, fill, True),
+    for fn in (lambda f, d: OP(f, d, t, inverse, fill, check),
                lambda f, d: depth_flow_projection_reference(f, d, t, fill, inverse)):
         f, d = flow.detach().clone().requires_grad_(), depth.detach().clone().requires_grad_()
         out, count = fn(f, d)
@@ -297,7 +297,7 @@ def test_bad_inputs_name_the_argument():
         depth_flow_projection(flow, depth[:, :, :-1])
     with pytest.raises(RuntimeError, match="depth must have the same dtype as flow"):
         depth_flow_projection(flow, depth.double())
-    with pytest.raises(ValueError, match=r"t must be in \[0, 1\], got 1.5"):
+    with pytest.raises(RuntimeError, match=r"t must be in \[0, 1\], got 1.5"):
         depth_flow_projection(flow, depth, t=1.5)
     with pytest.raises(RuntimeError, match=r"t must be in \[0, 1\], got -0.1"):
         OP(flow, depth, -0.1, False, True, True)
@@ -314,12 +314,32 @@ def test_bad_inputs_name_the_argument():
         depth_flow_projection(flow, inverse_depth=-depth)
     with pytest.raises(ValueError, match="exactly one of depth and inverse_depth"):
         depth_flow_projection(flow, depth, inverse_depth=depth)
-    with pytest.raises(TypeError, match="flow must be a tensor"):
+    with pytest.raises(RuntimeError, match="Expected a value of type 'Tensor' for argument 'flow'"):
         depth_flow_projection(flow.numpy(), depth)
     with pytest.raises(RuntimeError, match="flow must be float16"):
         depth_flow_projection(flow.long(), depth.long())
     # check_depth=False skips the value check (documented): no error, weights as given.
     depth_flow_projection(flow, bad, check_depth=False)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("inverse, value", [(False, 0.0), (False, -1.0), (False, float("nan")),
+                                            (True, -1.0), (True, float("inf")),
+                                            (True, float("nan"))])
+def test_unchecked_bad_depth_pixels_contribute_nothing(device, inverse, value):
+    """With check_depth=False (and in a CUDA graph, where nothing is checked) a pixel with an
+    invalid depth is dropped, like a pixel whose flow is NaN, and gets no gradient."""
+    flow, depth = (x.to(device) for x in make_case("rough", seed=20))
+    depth = 1.0 / depth if inverse else depth
+    bad_depth, nan_flow = depth.clone(), flow.clone()
+    bad_depth[1, 0, 2, 3] = value
+    nan_flow[1, :, 2, 3] = float("nan")
+    for fill in (False, True):
+        got, expected = (ours_and_reference_grads(f, d, 0.5, fill, inverse, check=False)[0]
+                         for f, d in ((flow, bad_depth), (nan_flow, depth)))
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a, b, equal_nan=True)
+        assert got[2][1, :, 2, 3].eq(0).all() and got[3][1, 0, 2, 3] == 0
 
 
 @CUDA

@@ -159,6 +159,24 @@ def test_gradcheck_and_gradgradcheck_float64():
         assert torch.autograd.gradgradcheck(fn, (x,))
 
 
+def test_autograd_runs_in_cpp():
+    """Autograd of both ops and of their backward ops (double backward) is registered in C++
+    (csrc/riroi_align_rotated/riroi_align_rotated_autograd.cpp): no Python runs per call."""
+    x, rois = make_case(6, fields=1, nO=4, h=6, w=7, k=4)
+    x.requires_grad_(True)
+    prefix = "torch::autograd::CppNode<redet::(anonymous namespace)::"
+    out = call(x, rois, (2, 3), nO=4)
+    assert out.grad_fn.name() == prefix + "RiRoIAlignRotated>"
+    grad_output = torch.randn_like(out).requires_grad_(True)  # the backward is linear in it
+    (grad,) = torch.autograd.grad(out, x, grad_output, create_graph=True)
+    assert grad.grad_fn.name() == prefix + "RiRoIAlignRotatedBackward>"
+    levels = torch.zeros(4, dtype=torch.long)
+    out = riroi_align_rotated_multilevel([x], rois, levels, [0.5], (2, 3), 2, 4)
+    assert out.grad_fn.name() == prefix + "RiRoIAlignRotatedMultilevel>"
+    (grad,) = torch.autograd.grad(out, x, grad_output, create_graph=True)
+    assert grad.grad_fn.name() == prefix + "RiRoIAlignRotatedMultilevelBackward>"
+
+
 def test_rois_requiring_grad_get_none_and_do_not_crash():
     x, rois = make_case(7)
     rois.requires_grad_(True)
@@ -288,6 +306,7 @@ def test_multilevel_gradcheck_opcheck_and_compile():
     levels = torch.tensor([0, 1, 2, 0, 1, 2])
     fn = lambda *fs: riroi_align_rotated_multilevel(list(fs), rois, levels, scales, 2, 2, 4)  # noqa: E731
     assert torch.autograd.gradcheck(fn, tuple(features))
+    assert torch.autograd.gradgradcheck(fn, tuple(features))
     args = (features, rois, levels, scales, 2, 2, 2, 4, False, False)
     torch.library.opcheck(torch.ops.redet.riroi_align_rotated_multilevel.default, args)
     grad = torch.randn(6, 4, 2, 2, dtype=torch.float64)
@@ -342,7 +361,8 @@ def test_torch_compile_fullgraph():
 
 # ------------------------------------------ bad inputs ------------------------------------------
 @pytest.mark.parametrize("bad_rois, message", [
-    (torch.zeros(3, 5, dtype=torch.float64), r"rois must be a \(K, 6\) tensor"),
+    (torch.zeros(3, 5, dtype=torch.float64),
+     r"rois must have shape \(K, 6\) = \(batch_index, cx, cy, w, h, theta\), got \[3, 5\]"),
     ([torch.zeros(2, 6, dtype=torch.float64)], r"rois\[0\] must be a \(Ki, 5\)"),
     (torch.tensor([[2.0, 5, 5, 4, 4, 0]], dtype=torch.float64), r"batch indices in \[0, 2\).*row 0"),
     (torch.tensor([[-1.0, 5, 5, 4, 4, 0]], dtype=torch.float64), r"batch indices in \[0, 2\)"),
@@ -383,6 +403,37 @@ def test_the_raw_op_checks_its_arguments(args, message):
         torch.ops.redet.riroi_align_rotated(torch.randn(1, 16, 8, 8), torch.zeros(1, 6), *args)
 
 
+# The backward ops do not check the values of rois and levels (they come from the forward, which
+# did; on CUDA a check would cost a host wait): their kernels give a row that breaks the rules no
+# gradient. Only a raw call can pass one (a NaN coordinate once made the CPU kernel write out of
+# bounds).
+BAD_ROW_VALUES = [(0, 2.0), (0, -1.0), (0, 0.5), (0, float("nan")), (1, float("nan")),
+                  (3, float("inf")), (5, float("nan"))]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("column, value", BAD_ROW_VALUES)
+def test_the_raw_backward_ops_give_bad_rows_no_gradient(device, column, value):
+    x, rois = make_case(40, torch.float32, n=2, fields=2, nO=4, h=9, w=11, k=5)
+    grad = torch.randn(5, 8, 2, 3, generator=torch.Generator().manual_seed(41))
+    x, rois, grad = x.to(device), rois.to(device), grad.to(device)
+    bad = rois.clone()
+    bad[2, column] = value
+    without_row = grad.clone()
+    without_row[2] = 0
+    args = (x.shape, 0.5, 0, 4)  # adaptive grid: an infinite size must not loop ~2^31 times
+    expected = raw_backward(without_row, rois, *args)
+    torch.testing.assert_close(raw_backward(grad, bad, *args), expected)
+    levels = torch.zeros(5, dtype=torch.long, device=device)
+    got = torch.ops.redet._riroi_align_rotated_multilevel_backward(
+        grad, bad, levels, [0.5], 0, 4, False, False, *x.shape[:2], [x.shape[2]], [x.shape[3]])
+    torch.testing.assert_close(got[0], expected)
+    levels[2] = 1  # a level past the gradients: no gradient either
+    got = torch.ops.redet._riroi_align_rotated_multilevel_backward(
+        grad, rois, levels, [0.5], 0, 4, False, False, *x.shape[:2], [x.shape[2]], [x.shape[3]])
+    torch.testing.assert_close(got[0], expected)
+
+
 @pytest.mark.parametrize("sizes, message", [
     ((1, 16, 0, 5), r"at least 1 x 1 .* got height 0 and width 5 at level 0"),
     ((1, 16, 4, -2), r"at least 1 x 1 .* got height 4 and width -2 at level 0"),
@@ -419,11 +470,11 @@ def test_bad_multilevel_arguments_are_named():
     features, rois, levels, scales = _levels_case(18)
     with pytest.raises(RuntimeError, match=r"levels must be in \[0, 4\); row 0 has 7"):
         riroi_align_rotated_multilevel(features, rois, torch.full_like(levels, 7), scales, 2)
-    with pytest.raises(TypeError, match="levels must be an int64"):
+    with pytest.raises(RuntimeError, match="levels must be int64, got Int"):
         riroi_align_rotated_multilevel(features, rois, levels.int(), scales, 2)
     with pytest.raises(RuntimeError, match=r"levels must have shape \(K,\) = \(24,\)"):
         riroi_align_rotated_multilevel(features, rois, levels[:3], scales, 2)
-    with pytest.raises(ValueError, match="one scale per feature level"):
+    with pytest.raises(RuntimeError, match=r"spatial_scales must hold one scale per feature level \(4\), got 2"):
         riroi_align_rotated_multilevel(features, rois, levels, scales[:2], 2)
     with pytest.raises(RuntimeError, match=r"features\[1\] must have the batch size and channels"):
         riroi_align_rotated_multilevel([features[0], features[1][:, :8]], rois, levels % 2,
@@ -431,8 +482,10 @@ def test_bad_multilevel_arguments_are_named():
     with pytest.raises(RuntimeError, match=r"features\[1\] must have the dtype and device"):
         riroi_align_rotated_multilevel([features[0], features[1].float()], rois, levels % 2,
                                        scales[:2], 2)
-    with pytest.raises(TypeError, match="non-empty list of tensors"):
+    with pytest.raises(RuntimeError, match="features must hold at least one feature map"):
         riroi_align_rotated_multilevel([], rois, levels, [], 2)
+    with pytest.raises(TypeError, match="features must be a list of tensors"):
+        riroi_align_rotated_multilevel(features[0], rois, levels, scales, 2)
 
 
 # ------------------------------------------ fuzzing ------------------------------------------

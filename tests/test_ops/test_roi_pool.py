@@ -106,6 +106,18 @@ def test_double_backward_gradgradcheck():
     assert torch.autograd.gradgradcheck(lambda inp: roi_pool(inp, rois, (3, 2), 0.5), (x,))
 
 
+def test_autograd_runs_in_cpp():
+    """Autograd of the op and of its backward op (double backward) is registered in C++
+    (csrc/roi_pool/roi_pool_autograd.cpp): no Python runs per call."""
+    x, rois = make_case(5, torch.float64, c=2, h=7, w=8, k=5)
+    x.requires_grad_(True)
+    out, arg = torch.ops.redet.roi_pool(x, rois, 0.5, 3, 2)
+    assert out.grad_fn.name() == "torch::autograd::CppNode<redet::(anonymous namespace)::RoIPool>"
+    grad = torch.randn_like(out).requires_grad_(True)
+    grad_input = torch.ops.redet._roi_pool_backward(grad, rois, arg, *x.shape)
+    assert grad_input.grad_fn.name().endswith("::RoIPoolBackward>")
+
+
 def test_rois_requiring_grad_only_does_not_crash():
     x, rois = make_case(6)
     rois.requires_grad_(True)
@@ -157,6 +169,23 @@ def test_raw_backward_skips_argmax_and_batch_indices_outside_the_gradient():
     torch.testing.assert_close(result, expected - skipped)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("column, value", [(0, 7.0), (0, -1.0), (0, 0.5), (0, float("nan")),
+                                           (2, float("nan")), (4, float("inf"))])
+def test_raw_backward_gives_bad_rows_no_gradient(device, column, value):
+    """Rows that break the RoI rules (csrc/common/roi_rows.h) pass no gradient, on both devices."""
+    x, rois = make_case(11, c=2, h=6, w=6)
+    x, rois = x.to(device), rois.to(device)
+    out, arg = torch.ops.redet.roi_pool(x, rois, 0.5, 2, 2)
+    grad = torch.ones_like(out)
+    without_row = grad.clone()
+    without_row[1] = 0
+    bad = rois.clone()
+    bad[1, column] = value
+    torch.testing.assert_close(torch.ops.redet._roi_pool_backward(grad, bad, arg, *x.shape),
+                               torch.ops.redet._roi_pool_backward(without_row, rois, arg, *x.shape))
+
+
 def test_torch_compile_fullgraph():
     x, rois = make_case(8)
     compiled = torch.compile(lambda a, b: roi_pool(a, b, 3, 0.5) * 2, fullgraph=True, backend="eager")
@@ -175,8 +204,8 @@ def test_backward_is_deterministic():
 
 
 @pytest.mark.parametrize("bad_rois, message", [
-    (torch.zeros(3, 4), r"rois must be a \(K, 5\) tensor"),
-    (torch.zeros(3, 5, 1), r"rois must be a \(K, 5\) tensor"),
+    (torch.zeros(3, 4), r"rois must have shape \(K, 5\) = \(batch_index, x1, y1, x2, y2\), got \[3, 4\]"),
+    (torch.zeros(3, 5, 1), r"rois must have shape \(K, 5\) .*got \[3, 5, 1\]"),
     ([torch.zeros(2, 5)], r"rois\[0\] must be a \(Ki, 4\)"),
     ("boxes", "rois must be a tensor or a list"),
     (torch.tensor([[2.0, 0, 0, 1, 1]]), r"batch indices in \[0, 2\).*row 0 has 2"),
@@ -201,6 +230,18 @@ def test_bad_rois_are_named(bad_rois, message):
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises((RuntimeError, ValueError, TypeError), match=message):
         roi_pool(torch.randn(1, 3, 8, 8), torch.zeros(1, 5), **kwargs)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((torch.tensor([[2.0, 0, 0, 1, 1]]), 1.0, 2, 2), r"batch indices in \[0, 2\).*row 0 has 2"),
+    ((torch.tensor([[0, 0, float("nan"), 1, 1]]), 1.0, 2, 2), r"NaN or infinite values \(row 0\)"),
+    ((torch.zeros(1, 5), 0.0, 2, 2), "spatial_scale must be a positive finite number, got 0"),
+    ((torch.zeros(1, 5), 1.0, 0, 2), r"output_size must be positive, got \(0, 2\)"),
+])
+def test_the_raw_op_checks_its_arguments(args, message):
+    """The checks live at the C++ op boundary: torch.ops callers get the Python face's errors."""
+    with pytest.raises(RuntimeError, match=message):
+        torch.ops.redet.roi_pool(torch.randn(2, 3, 8, 8), *args)
 
 
 def test_bad_input_tensor_is_named():
@@ -313,6 +354,26 @@ def test_cuda_errors_are_named():
         roi_pool(x, torch.tensor([[5.0, 0, 0, 1, 1]], device="cuda"), 2)
     with pytest.raises(RuntimeError, match="same device"):
         roi_pool(x, torch.zeros(1, 5), 2)
+
+
+@CUDA
+@pytest.mark.parametrize("column, value, message", [
+    (0, 2.0, r"batch indices in \[0, 2\).*row 2 has 2"),
+    (0, 0.5, r"integer batch indices in \[0, 2\).*row 2 has 0.5"),
+    (0, float("nan"), r"NaN or infinite values \(row 2\)"),
+    (3, float("inf"), r"NaN or infinite values \(row 2\)"),
+])
+def test_cuda_bad_rois_raise_after_the_kernel_ran(column, value, message):
+    """The CUDA check is read back after the kernel is enqueued (the GPU never waits for the host):
+    the kernel must skip the bad row safely, the error must name it, and the device stays usable."""
+    x = torch.randn(2, 3, 8, 8, device="cuda")
+    rois = torch.tensor([[0.0, 1, 1, 6, 5], [1, 0, 2, 3, 7]] * 2, device="cuda")
+    bad = rois.clone()
+    bad[2, column] = value
+    with pytest.raises(RuntimeError, match=message):
+        roi_pool(x, bad, 2)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(roi_pool(x, rois, 2).cpu(), roi_pool(x.cpu(), rois.cpu(), 2))
 
 
 # The CUDA forward gathers from a channels-last copy of the input, one warp per (chunk of channels,

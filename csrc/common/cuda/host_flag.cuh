@@ -2,16 +2,26 @@
 // wait: no device-to-host copy, no side stream. The kernel writes through the mapped pointer
 // (device_word(), a plain store of 1, only when something is wrong), arm() records an event after
 // it, and is_set() waits for that event alone. An op arms the flag, enqueues its main kernels and
-// only then asks, so its one host synchronisation overlaps its own kernels.
+// only then asks, so its one host synchronisation overlaps its own kernels (the GPU never waits
+// for the host). While a CUDA graph is being captured no flag is used (capturing_cuda_graph()).
 // Why not copy a device word back (as before): the copy needed a pinned allocation, an event
-// created and destroyed, and a side stream's wait, copy and record - about 11 us of host time per
-// call, which at (4, 2, 256, 448) was a quarter of the flow projection's time. The pinned word and
-// the event here come from a per-thread cache (host_flag.cu), so a call costs one event record.
+// created and destroyed, and a side stream's wait, copy and record - host time comparable to a
+// small op's whole GPU time. The pinned word and the event here come from a per-thread cache
+// (host_flag.cu), so a call costs one event record.
 #pragma once
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
 namespace redet {
+
+// Whether the current stream is being captured into a CUDA graph. A host wait is illegal there,
+// and a replay could not raise anyway, so the ops then enqueue no check and wait for nothing:
+// their kernels' guards alone keep bad input inside the tensors (README: "Bad input, host waits
+// and CUDA graphs").
+inline bool capturing_cuda_graph() {
+  return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+}
 
 struct HostFlagSlot;  // host_flag.cu
 

@@ -1,23 +1,25 @@
 // Depth-aware flow projection on the CPU. The scatter runs image by image (parallel over the batch),
 // visiting source pixels in raster order, so it is deterministic. Normalisation and the hole
 // filling's row pass run parallel over rows, its column pass parallel over columns (the linear
-// sweeps of common/flow_hole_fill.h). The backward (backward_terms.h) forms per-pixel terms, over
+// sweeps of flow_hole_fill.h). The backward (backward_terms.h) forms per-pixel terms, over
 // 32 x 32 tiles with hole filling (hole_fill_backward.h), then gathers them per source pixel,
 // parallel over rows: the CUDA kernels' steps, so both compute the same sums in the same order.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include "common/flow_hole_fill.h"
-#include "common/flow_projection.h"
+#include "depth_flow_projection/flow_hole_fill.h"
+#include "depth_flow_projection/flow_projection.h"
 #include "depth_flow_projection/backward_terms.h"
 #include "depth_flow_projection/hole_fill_backward.h"
 #include "depth_flow_projection/depth_flow_projection.h"
+#include "depth_flow_projection/flow_hole_fill.h"
+#include "depth_flow_projection/flow_projection.h"
 
 namespace redet {
 namespace {
 
-// Row pass of the hole filling (common/flow_hole_fill.h), or plain normalisation without it:
+// Row pass of the hole filling (flow_hole_fill.h), or plain normalisation without it:
 // output and count of every non-hole; left + right partial sums of the holes.
 template <typename scalar_t, typename acc_t>
 void normalize_rows(const PlainSlots<acc_t>& slots, int64_t batch, int height, int width,
@@ -98,9 +100,13 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& f
             const int64_t i = static_cast<int64_t>(y) * width + x;
             const acc_t gx = tt * static_cast<acc_t>(fx[i]);
             const acc_t gy = tt * static_cast<acc_t>(fx[plane + i]);
+            const acc_t depth_value = static_cast<acc_t>(dd[i]);
             ProjectionCorners c;
-            if (!project_pixel(x, y, gx, gy, width, height, &c)) continue;
-            const acc_t w = projection_weight(static_cast<acc_t>(dd[i]), inverse_depth);
+            if (!depth_is_valid(depth_value, inverse_depth) ||
+                !project_pixel(x, y, gx, gy, width, height, &c)) {
+              continue;
+            }
+            const acc_t w = projection_weight(depth_value, inverse_depth);
             const int xs[4] = {c.left, c.right, c.left, c.right};
             const int ys[4] = {c.top, c.top, c.bottom, c.bottom};
             for (int k = 0; k < 4; ++k) {
@@ -264,10 +270,11 @@ void source_gradient_cpu(const scalar_t* flow, const scalar_t* depth,
         const int64_t fi = b * plane + i;          // (b, 0, y, x) of flow
         const acc_t gx = t * static_cast<acc_t>(flow[fi]);
         const acc_t gy = t * static_cast<acc_t>(flow[fi + plane]);
-        const acc_t w = projection_weight(static_cast<acc_t>(depth[i]), inverse_depth);
+        bool valid;
+        const acc_t w = source_weight(static_cast<acc_t>(depth[i]), inverse_depth, &valid);
         GradientTerms<acc_t> sum{acc_t(0), acc_t(0), acc_t(0), acc_t(0)};
         ProjectionCorners c;
-        const bool landed = project_pixel(x, y, gx, gy, width, height, &c);
+        const bool landed = valid && project_pixel(x, y, gx, gy, width, height, &c);
         if (landed) {
           int64_t j[4];
           reached_pixels(c, width, j);

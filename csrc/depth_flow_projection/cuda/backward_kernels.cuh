@@ -17,7 +17,7 @@
 #include <type_traits>
 
 #include "common/cuda_utils.cuh"
-#include "common/flow_projection.h"
+#include "depth_flow_projection/flow_projection.h"
 #include "depth_flow_projection/backward_terms.h"
 #include "depth_flow_projection/cuda/hole_fill_kernels.cuh"
 #include "depth_flow_projection/hole_fill_backward.h"
@@ -272,20 +272,23 @@ __global__ void source_gradient_kernel(const scalar_t* __restrict__ flow,
       const scalar_t* depth_b = depth + b * plane;
       const GradientTerms<acc_t>* terms_b = terms + b * plane;
       acc_t gx[kGatherRows], gy[kGatherRows], w[kGatherRows];
+      bool valid[kGatherRows];
 #pragma unroll
       for (int r = 0; r < kGatherRows; ++r) {
         const int64_t i = static_cast<int64_t>(y0 + r) * width + x;
         const bool inside = r < rows;
         gx[r] = inside ? t * static_cast<acc_t>(flow_x[i]) : acc_t(0);
         gy[r] = inside ? t * static_cast<acc_t>(flow_x[plane + i]) : acc_t(0);
-        w[r] = projection_weight(inside ? static_cast<acc_t>(depth_b[i]) : acc_t(1), inverse_depth);
+        w[r] = source_weight(inside ? static_cast<acc_t>(depth_b[i]) : acc_t(1), inverse_depth,
+                             &valid[r]);
       }
       GradientTerms<acc_t> reached[kGatherRows][4];
       bool landed[kGatherRows];
 #pragma unroll
       for (int r = 0; r < kGatherRows; ++r) {
         ProjectionCorners c;
-        landed[r] = r < rows && project_pixel(x, y0 + r, gx[r], gy[r], width, height, &c);
+        landed[r] = r < rows && valid[r] &&
+                    project_pixel(x, y0 + r, gx[r], gy[r], width, height, &c);
         int64_t j[4];
         if (landed[r]) reached_pixels(c, width, j);
 #pragma unroll

@@ -1,11 +1,11 @@
 // The CUDA forward's accumulators hold corner sums, not pixel sums.
 //
 // A source pixel adds the same (−w·G, w) to all four pixels (L,T) (R,T) (L,B) (R,B) around its
-// landing point (common/flow_projection.h), so the scatter adds it once, to its corner (L, T), and
+// landing point (flow_projection.h), so the scatter adds it once, to its corner (L, T), and
 // a pixel's sums are recovered afterwards from the corners that reach it:
 //   pixel (x, y) = corners (x-1, y-1) + (x, y-1) + (x-1, y) + (x, y),
 // with the last column and the last row counted twice (there R = L, B = T). One atomic per source
-// pixel instead of four: the scatter is bound by the L2's atomic throughput (ncu, H200).
+// pixel instead of four: the scatter is bound by the L2's atomic throughput.
 //
 // Every kernel forms the sums in the one order of pixel_sums(): per row, left corner + this one
 // (or + 2 x this one in the last column), then the row above + this row (or + 2 x this row in the

@@ -3,20 +3,21 @@
 // synchronisation:
 // (0) one kernel zeroes the accumulators (sum_x, sum_y, count, -) and the hole masks and, when
 //     checking depth, flags invalid values (in pinned host memory: common/cuda/host_flag.cuh);
-// (1) scatter every source pixel into them: one atomic per source pixel, into its corner only
-//     (corner_sums.cuh; a 16-byte float4 atomic on sm_90, where DAIN issues three scalar ones
-//     for each of four pixels); in deterministic mode 64-bit fixed point with integer atomics
-//     instead (order-independent, bitwise repeatable);
+// (1) scatter every source pixel into them (one whose depth is invalid adds nothing): one atomic
+//     per source pixel, into its corner only (corner_sums.cuh; a 16-byte float4 atomic on sm_90,
+//     where DAIN issues three scalar ones for each of four pixels); in deterministic mode 64-bit
+//     fixed point with integer atomics instead (order-independent, bitwise repeatable);
 // (2) without hole filling one elementwise normalisation; with it two kernels
 //     (hole_fill_kernels.cuh, which says why): a tiled normalisation that also writes 1-bit
 //     non-hole masks by rows and by columns, then one that fills each hole from its nearest
-//     non-holes (common/flow_hole_fill.h's arithmetic), found in the masks;
+//     non-holes (flow_hole_fill.h's arithmetic), found in the masks;
 // (3) when checking depth, an event is recorded right after (0); once (2) is enqueued the host
 //     waits for that event only (the only sync, overlapping (1) and (2)) and runs the host check,
 //     which names the first bad value, only if the flag is set. The check is in the first kernel
-//     (costing a second read of depth) because at small sizes the host is the bottleneck: from
-//     the wait's return to the caller's next CUDA call takes ~16 us on an H200 machine, longer
-//     than (2) alone, so a flag known only after (1) left the GPU idle.
+//     (costing a second read of depth) because at small sizes the host is the bottleneck: the
+//     time from the wait's return to the caller's next CUDA call is longer than (2) alone, so a
+//     flag known only after (1) left the GPU idle. While a CUDA graph is captured nothing is
+//     checked and nothing waits (capturing_cuda_graph()).
 // Backward (backward_kernels.cuh): per-pixel records of grad_output / count (with hole filling,
 // after passing the holes' gradient back to the pixels they were filled from, in two tiled
 // passes), then a gather per source pixel of its reached pixels' records; no atomics, so it is
@@ -29,12 +30,14 @@
 
 #include "common/cuda/host_flag.cuh"
 #include "common/cuda_utils.cuh"
-#include "common/flow_hole_fill.h"
-#include "common/flow_projection.h"
+#include "depth_flow_projection/flow_hole_fill.h"
+#include "depth_flow_projection/flow_projection.h"
 #include "depth_flow_projection/cuda/backward_kernels.cuh"
 #include "depth_flow_projection/cuda/corner_sums.cuh"
 #include "depth_flow_projection/cuda/hole_fill_kernels.cuh"
 #include "depth_flow_projection/depth_flow_projection.h"
+#include "depth_flow_projection/flow_hole_fill.h"
+#include "depth_flow_projection/flow_projection.h"
 
 namespace redet {
 namespace {
@@ -77,17 +80,10 @@ struct FixedPointAccumulator {
 
 // ---- zero the workspace, check depth --------------------------------------------------------
 
-// Is this depth (or inverse depth) value acceptable? Mirrors check_depth_values().
-template <typename acc_t>
-__device__ __forceinline__ bool depth_is_valid(acc_t d, bool inverse_depth) {
-  return inverse_depth ? (d >= acc_t(0) && isfinite(d)) : d > acc_t(0);
-}
-
 // Blocks [0, zero_blocks) zero `units` 16-byte words of the workspace; the others (only when
 // checking) set *invalid_depth, once per block, if any of the n depth values is invalid.
-// Measured on an H200 at (4, 2, 256, 448): a plain memset took 2.7 us; zeroing and checking in
-// every thread, in two loops 5.4 us, in one interleaved loop 6.4 us; in separate blocks (this)
-// 5.6 us, level with two loops within the noise (its end-to-end time was the best of the three).
+// Separate blocks rather than both jobs in every thread: one interleaved loop was slower, two
+// loops per thread level with this within the noise; this had the best end-to-end time.
 template <typename scalar_t>
 __global__ void zero_and_check_kernel(uint4* __restrict__ workspace, int64_t units,
                                       int zero_blocks, const scalar_t* __restrict__ depth,
@@ -152,7 +148,8 @@ __global__ void scatter_kernel(const scalar_t* __restrict__ flow, const scalar_t
     for (int r = 0; r < kScatterRows; ++r) {
       if (r >= rows) break;
       ProjectionCorners c;
-      if (project_pixel(x, y0 + r, gx[r], gy[r], width, height, &c)) {
+      if (depth_is_valid(d[r], inverse_depth) &&
+          project_pixel(x, y0 + r, gx[r], gy[r], width, height, &c)) {
         const acc_t w = projection_weight(d[r], inverse_depth);
         accumulator.add(b * plane + static_cast<int64_t>(c.top) * width + c.left, -w * gx[r],
                         -w * gy[r], w);
@@ -228,12 +225,15 @@ __global__ void normalize_kernel(Slots slots_arg, int64_t batch, int height, int
 // ---- host ---------------------------------------------------------------------------------
 
 // Upper bounds of any pixel's count and |sum|, on the device: each source adds to a pixel at most
-// 4 times (the corner case), so 4·H·W·max(w) and that times t·max|F|.
+// 4 times (the corner case), so 4·H·W·max(w) and that times t·max|F|, w over the valid depth
+// values only (the others contribute nothing: depth_is_valid).
 at::Tensor fixed_point_bounds(const at::Tensor& flow, const at::Tensor& depth, double t,
                               bool inverse_depth) {
   const double per_pixel = 4.0 * static_cast<double>(flow.size(2) * flow.size(3));
   const auto d = depth.to(at::kDouble);
-  const auto w_max = inverse_depth ? d.amax() : d.amin().reciprocal();
+  const auto valid = inverse_depth ? d.ge(0).logical_and(at::isfinite(d)) : d.gt(0);
+  const auto w = inverse_depth ? d : d.reciprocal();
+  const auto w_max = at::where(valid, w, at::zeros_like(w)).amax();
   const auto f = flow.to(at::kDouble).abs();
   const auto f_max = at::where(at::isfinite(f), f, at::zeros_like(f)).amax();
   const auto count_bound = w_max * per_pixel;
@@ -309,12 +309,16 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
       flow.options().dtype(acc_type));
   const at::Tensor& acc = workspace.acc;
   const int64_t zero_units = static_cast<int64_t>(acc.nbytes() / sizeof(uint4));
-  std::optional<HostFlag> depth_flag;  // (checked calls only) asked once the fill is enqueued
-  if (check_depth) depth_flag.emplace(flow.device().index());
+  // Checked eager calls only: the flag is asked once the fill is enqueued. In a CUDA graph nothing
+  // is checked (a host wait is illegal there): invalid depth values contribute nothing.
+  const bool check_on_device = check_depth && !capturing_cuda_graph();
+  std::optional<HostFlag> depth_flag;
+  if (check_on_device) depth_flag.emplace(flow.device().index());
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, flow.scalar_type(), "depth_flow_projection_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const int zero_blocks = blocks_for(zero_units), check_blocks = check_depth ? blocks_for(n) : 0;
+    const int zero_blocks = blocks_for(zero_units);
+    const int check_blocks = check_on_device ? blocks_for(n) : 0;
     zero_and_check_kernel<scalar_t><<<zero_blocks + check_blocks, kThreads, 0, stream>>>(
         static_cast<uint4*>(acc.data_ptr()), zero_units, zero_blocks, depth.data_ptr<scalar_t>(), n,
         inverse_depth, depth_flag ? depth_flag->device_word() : nullptr);

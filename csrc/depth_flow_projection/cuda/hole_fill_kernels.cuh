@@ -1,14 +1,14 @@
 // Hole filling of the depth-aware flow projection on CUDA: the two kernels of the forward's fill.
 // The semantics (each hole: the mean of the nearest non-holes to its left, right, top and bottom,
-// added in that order) and all arithmetic are the shared functions of common/flow_hole_fill.h, as
+// added in that order) and all arithmetic are the shared functions of flow_hole_fill.h, as
 // on the CPU, so the results are the CPU's bit for bit wherever the projected sums are exact in any
 // order (corner_sums.cuh). Only the search for the neighbours differs.
 //
 // Design, and why. An earlier design (a row pass storing left + right in each hole's slot, then
-// a column pass adding top + bottom) took 178 us at 4K on an H200 (4.5% holes): each pass was a
-// chain of dependent loads behind its own stores, and the column pass had one block per 32-column
-// strip. These two kernels take 131 us there (mark 66 - the cost of plain normalisation - and
-// fill 65), and nothing is stored into the accumulators, so every hole's loads are independent:
+// a column pass adding top + bottom) was slower: each pass was a chain of dependent loads behind
+// its own stores, and the column pass had one block per 32-column strip. Here the marking costs
+// what plain normalisation costs, and nothing is stored into the accumulators, so every hole's
+// loads are independent:
 //   1. mark_tiles_kernel: a warp normalises a 32 x 32 tile (lane = column, 32 rows; a hole gets
 //      0, 0, 0 for now) from the corner sums (corner_sums.cuh) and writes two 1-bit masks of its
 //      non-holes (HoleMasks): row words (one per 32-pixel chunk of a row, a ballot per row) and
@@ -28,8 +28,8 @@
 #include <utility>
 
 #include "common/cuda_utils.cuh"
-#include "common/flow_hole_fill.h"
 #include "depth_flow_projection/cuda/corner_sums.cuh"
+#include "depth_flow_projection/flow_hole_fill.h"
 
 namespace redet {
 

@@ -9,9 +9,10 @@
 
 #include <vector>
 
-#include "common/riroi_geometry.h"
+#include "common/roi_rows.h"
 #include "riroi_align_rotated/riroi_align_rotated.h"
 #include "riroi_align_rotated/riroi_align_rotated_ops.h"
+#include "riroi_align_rotated/riroi_geometry.h"
 
 namespace redet {
 namespace {
@@ -79,15 +80,15 @@ void backward_kernel(const scalar_t* grad, const scalar_t* rois, const int64_t* 
   const int out_h = static_cast<int>(opt.out_h), out_w = static_cast<int>(opt.out_w);
   const int64_t groups = channels / num_o, bins = opt.out_h * opt.out_w;
   const int64_t num_levels = static_cast<int64_t>(grad_levels.size());
-  // RoIs of each (level, image), in index order: the fixed visiting order of each task.
+  // RoIs of each (level, image), in index order: the fixed visiting order of each task. A row that
+  // breaks the rules of common/roi_rows.h (the forward rejects it; only a raw call of the backward
+  // op can pass one) gets no gradient, as on CUDA.
   std::vector<std::vector<int64_t>> buckets(num_levels * batch_size);
   for (int64_t k = 0; k < num_rois; ++k) {
-    const double n = static_cast<double>(rois[k * 6]);
     const int64_t l = level_of(roi_levels, k);
-    TORCH_CHECK(n >= 0 && n < batch_size && l >= 0 && l < num_levels,
-                "_riroi_align_rotated_backward: rois[", k, "] has batch index ", n, " and level ",
-                l, "; expected [0, ", batch_size, ") and [0, ", num_levels, ")");
-    buckets[l * batch_size + static_cast<int64_t>(n)].push_back(k);
+    int64_t n;
+    if (!roi_row_image(rois + k * 6, 6, batch_size, l, num_levels, &n)) continue;
+    buckets[l * batch_size + n].push_back(k);
   }
   at::parallel_for(0, num_levels * batch_size * groups, 1, [&](int64_t begin, int64_t end) {
     std::vector<acc_t> source_grad(num_o);

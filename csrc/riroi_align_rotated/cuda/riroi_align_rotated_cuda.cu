@@ -25,10 +25,10 @@
 // a ChannelTile (coalesced: grad_output is (K, C, bins), bins contiguous) and each lane takes its
 // two outputs from its group's lanes by shuffles. Then every tap is one atomic request of 32
 // adjacent words: the chunk's channels of one pixel of a scratch laid out [level][n][pixel][C].
-// Why: the older one-thread-per-(group, RoI, bin, j) scatter (0.615 ms against the forward's
-// 0.199 ms on an H200, (2, 256, 256, 256), 1024 RoIs) spread a warp's request over the pixels of
-// 4 bins (nO = 8: 4 lines, 8 words each), recomputed the RoI geometry and the sample taps in every
-// thread, and read grad_output at 2 scattered words per thread; here the geometry is computed
+// Why: the older one-thread-per-(group, RoI, bin, j) scatter (three times the forward's time at
+// the training shape) spread a warp's request over the pixels of 4 bins (nO = 8: 4 lines, 8 words
+// each), recomputed the RoI geometry and the sample taps in every thread, and read grad_output at
+// 2 scattered words per thread; here the geometry is computed
 // once per warp (with num_samples == 2 the taps of 8 bins at once, shared through shared memory,
 // as in the forward), the reads are coalesced, and a float request is one 128-byte line. Then
 // one tiled transpose per level (channels_last_to_nchw, common/cuda/channels_last.cuh) turns the
@@ -38,6 +38,9 @@
 // fixed point and integer atomics (order-independent sums, bitwise repeatable), scaled by
 // sum |grad_output|, which bounds every input's total since each output's weights onto the input
 // sum to <= 1.
+// Bad rows: the RoI check (common/cuda/roi_checks.cuh) is enqueued before the kernels and read
+// after them, or skipped in a CUDA graph; every kernel tests each row (roi_level_and_image): the
+// forward writes zeros for a row that breaks the rules, the backward skips it.
 #include <ATen/OpMathType.h>
 #include <torch/library.h>
 
@@ -48,9 +51,10 @@
 #include "common/cuda/channels_last.cuh"
 #include "common/cuda/roi_checks.cuh"
 #include "common/cuda_utils.cuh"
-#include "common/riroi_geometry.h"
+#include "common/roi_rows.h"
 #include "riroi_align_rotated/riroi_align_rotated.h"
 #include "riroi_align_rotated/riroi_align_rotated_ops.h"
+#include "riroi_align_rotated/riroi_geometry.h"
 
 namespace redet {
 namespace {
@@ -65,19 +69,17 @@ KernelOptions kernel_options(const RiRoIOptions& o) {
           static_cast<int>(o.num_orientations), o.clockwise, o.legacy_orientation};
 }
 
-// Level and image of RoI k; false for RoIs the op's check rejects (DeferredRoiCheck, whose error
-// comes after the kernels ran): a bad level or batch index, a NaN/inf value (an infinite size would
-// ask the adaptive sampling grid for ~2^31 samples).
+// Level and image of RoI k; false for rows that break the rules of common/roi_rows.h (a bad level
+// or batch index, a NaN/inf value: an infinite size would ask the adaptive sampling grid for ~2^31
+// samples). The op's check (DeferredRoiCheck) raises for them after the kernels ran, or not at all
+// in a CUDA graph: the forward writes zeros for such a row, the backward passes it no gradient.
 template <typename scalar_t>
 __device__ __forceinline__ bool roi_level_and_image(const scalar_t* roi, const int64_t* roi_levels,
                                                     int64_t k, int num_levels, int batch_size,
                                                     int* level, int* image) {
   const int64_t l = roi_levels ? roi_levels[k] : 0;
-  const float n = static_cast<float>(roi[0]);
-  if (l < 0 || l >= num_levels || !(n >= 0.f && n < static_cast<float>(batch_size))) return false;
-  for (int j = 1; j < 6; ++j) {
-    if (!isfinite(static_cast<float>(roi[j]))) return false;
-  }
+  int64_t n;
+  if (!roi_row_image(roi, 6, batch_size, l, num_levels, &n)) return false;
   *level = static_cast<int>(l);
   *image = static_cast<int>(n);
   return true;
@@ -87,9 +89,9 @@ __device__ __forceinline__ bool roi_level_and_image(const scalar_t* roi, const i
 // Work items (RoI, channel chunk) of the channels-last kernels go chunk-major: item = chunk *
 // num_rois + RoI. The warps in flight then share one chunk's channels of every pixel (training
 // shape: 2 x 256^2 pixels x 128 B = 17 MB, L2-resident) instead of all channels of the RoIs in
-// flight, whose footprints far exceed L2 (ncu, RoI-major forward: 3.3x the map's bytes read from
-// DRAM). On an H200 the backward's atomics went from 0.587 to 0.48-0.50 ms; the forward stayed at
-// ~0.18 ms (it is bound by its L1/L2 requests, not by DRAM).
+// flight, whose footprints far exceed L2 (RoI-major, the forward read the map from DRAM several
+// times over). The backward's atomics gained most; the forward, bound by its L1/L2 requests rather
+// than by DRAM, about the same either way.
 __device__ __forceinline__ int chunk_of_item(int64_t item, int64_t num_rois) {
   return static_cast<int>(item / num_rois);
 }
@@ -201,11 +203,10 @@ __device__ __forceinline__ acc_of_t<scalar_t> load_at(const char* lane_map, uint
 }
 
 // Sums of kBins consecutive bins (kSamples taps each, from compute_byte_taps) of the lane's
-// channel. All their loads are issued before any is used: ncu saw the one-bin-at-a-time loop
-// latency-bound (16 loads in flight per warp, 0.82 eligible warps per scheduler, 10.35 cycles per
-// issued instruction; a float16 map, half the bytes, was only 7% faster), so kBins = 2 doubles the
-// loads in flight. Off-map samples are skipped (warp-uniform) as in the CPU kernel, whose
-// expression and order each bin's sum keeps.
+// channel. All their loads are issued before any is used: the one-bin-at-a-time loop was
+// latency-bound (16 loads in flight per warp, under one eligible warp per scheduler; a float16 map,
+// half the bytes, was hardly faster), so kBins = 2 doubles the loads in flight. Off-map samples
+// are skipped (warp-uniform) as in the CPU kernel, whose expression and order each bin's sum keeps.
 template <int kBins, int kSamples, typename scalar_t, typename acc_t>
 __device__ __forceinline__ void fixed_grid_bin_sums(const ByteTaps<acc_t>* taps,
                                                     const char* lane_map, acc_t (&sums)[kBins]) {
@@ -265,9 +266,9 @@ __device__ __forceinline__ void compute_shared_taps(const RiRoIGeometry<acc_t>& 
 }
 
 // The forward splits a (RoI, chunk)'s bins into parts of at most 32 (one ChannelTile), as equal
-// as can be: 7 x 7 bins -> 25 + 24. A warp with all 49 bins of the training shape (2 x 256^2 x 256
-// map, 1024 RoIs) ran ~1/2.6 of the kernel's 165 us: 8192 items on 3168 warp slots, so the last
-// round left most slots idle, and a block holds its slot until its slowest warp is done. Parts of
+// as can be: 7 x 7 bins -> 25 + 24. With all 49 bins per warp, the training shape (2 x 256^2 x 256
+// map, 1024 RoIs) has 8192 items on 3168 warp slots, so the last round left most slots idle for a
+// large part of the kernel's time, and a block holds its slot until its slowest warp is done. Parts of
 // half the length halve that tail for one more RoI geometry per part.
 REDET_HOST_DEVICE int bin_parts(int bins) { return (bins + kWarp - 1) / kWarp; }
 
@@ -314,7 +315,12 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
     const int end = min(bins, begin + part_bins);
     const scalar_t* roi = rois + k * 6;
     int l, n;
-    if (!roi_level_and_image(roi, roi_levels, k, levels.count, batch_size, &l, &n)) continue;
+    scalar_t* out = output + (k * channels + chunk_start) * bins;
+    if (!roi_level_and_image(roi, roi_levels, k, levels.count, batch_size, &l, &n)) {
+      for (int slot = 0; slot < end - begin; ++slot) tile.put(lane, slot, scalar_t(0));
+      tile.store(out + begin, chunk_channels, end - begin, bins, lane);  // zeros (warp-uniform)
+      continue;
+    }
     const int height = levels.height[l], width = levels.width[l];
     auto g = riroi_geometry<scalar_t, acc_t>(roi, levels.spatial_scale[l], opt.out_h, opt.out_w,
                                              opt.num_samples, num_o, opt.clockwise);
@@ -331,7 +337,6 @@ forward_channels_last_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> 
     const scalar_t* chunk_map =
         levels.data[l] + static_cast<int64_t>(n) * height * width * channels + chunk_start;
     const scalar_t* map = chunk_map + lane;
-    scalar_t* out = output + (k * channels + chunk_start) * bins;
     // v: this lane's channel summed over the bin's samples -> orientation alignment -> tile
     auto emit = [&](int bin, acc_t v) {
       const acc_t main = __shfl_sync(kFullWarpMask, v, main_lane);
@@ -391,7 +396,10 @@ forward_any_orientations_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t
     const int64_t c = i / (static_cast<int64_t>(bins) * num_o * num_rois);  // group
     const scalar_t* roi = rois + k * 6;
     int l, n;
-    if (!roi_level_and_image(roi, roi_levels, k, levels.count, batch_size, &l, &n)) continue;
+    if (!roi_level_and_image(roi, roi_levels, k, levels.count, batch_size, &l, &n)) {
+      output[(k * channels + c * num_o + o) * bins + bin] = scalar_t(0);
+      continue;
+    }
     const int height = levels.height[l], width = levels.width[l];
     const int64_t plane = static_cast<int64_t>(height) * width;
     const auto g = riroi_geometry<scalar_t, acc_t>(roi, levels.spatial_scale[l], opt.out_h,
@@ -769,8 +777,6 @@ at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
     roi_check.raise_if_bad(op);
     return output;
   }
-  TORCH_CHECK(channels < (int64_t(1) << 31), op, ": ", name, " has too many channels (", channels,
-              "), expected < 2^31");
   const auto kopt = kernel_options(opt);
   const int64_t* roi_levels = levels.defined() ? levels.data_ptr<int64_t>() : nullptr;
   auto stream = c10::cuda::getCurrentCUDAStream();
@@ -806,8 +812,6 @@ std::vector<at::Tensor> backward_levels(const at::Tensor& grad_, const at::Tenso
   const auto grad = grad_.contiguous();  // the peer reads a non-contiguous grad wrongly
   const auto rois = rois_.contiguous();
   const auto levels = levels_.defined() ? levels_.contiguous() : levels_;
-  TORCH_CHECK(channels < (int64_t(1) << 31), op, ": too many channels (", channels,
-              "), expected < 2^31");
   std::vector<at::Tensor> gradients;
   for (size_t l = 0; l < num_levels; ++l) {
     gradients.push_back(at::empty({batch_size, channels, heights[l], widths[l]}, grad.options()));

@@ -4,8 +4,9 @@
 #include <ATen/OpMathType.h>
 #include <torch/library.h>
 
-#include "common/roi_pool_geometry.h"
+#include "common/roi_rows.h"
 #include "roi_pool/roi_pool.h"
+#include "roi_pool/roi_pool_geometry.h"
 
 namespace redet {
 namespace {
@@ -74,8 +75,8 @@ at::Tensor roi_pool_backward_cpu(const at::Tensor& grad_, const at::Tensor& rois
     at::parallel_for(0, channels, 1, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         for (int64_t k = 0; k < num_rois; ++k) {
-          const int64_t n = static_cast<int64_t>(roi_data[k * 5]);
-          if (!(n >= 0 && n < batch_size)) continue;  // a guard: the forward rejects such rois
+          int64_t n;  // a guard: the forward rejects rows that break common/roi_rows.h's rules
+          if (!roi_row_image(roi_data + k * 5, 5, batch_size, 0, 1, &n)) continue;
           acc_t* plane = gin + (n * channels + c) * height * width;
           const int64_t base = (k * channels + c) * bins;
           for (int64_t i = 0; i < bins; ++i) {

@@ -17,7 +17,7 @@
 //     odd C (a pair's offset would alternate between even and odd pixel by pixel), a misaligned
 //     data pointer (a channels-last view with an odd storage offset).
 // A bin's rectangle depends only on (k, ph, pw), so it is the same for all lanes: no divergence,
-// and the scan order and tie rule are those of the CPU kernel (common/roi_pool_geometry.h), so
+// and the scan order and tie rule are those of the CPU kernel (roi_pool_geometry.h), so
 // output and argmax are identical on both paths.
 // - A warp pools one bin row, not a whole RoI: a 64x64-pixel RoI would keep one warp busy for 4000+
 //   loads while small RoIs finish early; many smaller units keep every SM busy to the end.
@@ -31,11 +31,12 @@
 // Per pixel of a full batch of 8 (sm_90 SASS): the scalar path 17 instructions for one channel,
 // the vector path 15 for 2 16-bit channels, 13 for 2 fp32 ones (the address, scan step and padding
 // are shared; what is left per channel is the conversion, compare and 2 selects).
-// Measured on an H200 with L = 1 everywhere (benchmarks/results/roi_pool_h200.json): fp32 0.483 ms
-// on channels-last input, 0.555 with the transpose, torchvision 0.511; fp16 0.728 ms, slower than
-// the kernel this replaced (one thread per output bin on the NCHW map: fp32 0.576, fp16 0.556) -
-// 16-bit lanes read only 64 bytes per request and spend ~17 instructions per pixel on one channel.
-// Before that, one block per (image, channel) plane (0.67 ms).
+// Why the vector path: with L = 1 everywhere, 16-bit types were slower than the kernel this
+// replaced (one thread per output bin on the NCHW map), as their lanes read only 64 bytes per
+// request and spend ~17 instructions per pixel on one channel (times: benchmarks/results/).
+// Bad rows: the RoI check (common/cuda/roi_checks.cuh) is enqueued before the kernel and read
+// after it, or skipped in a CUDA graph; the kernel pools a row that breaks the rules of
+// common/roi_rows.h as empty bins (0, argmax -1) and the backward skips it.
 #include <ATen/OpMathType.h>
 #include <torch/library.h>
 
@@ -47,9 +48,10 @@
 #include "common/cuda/channels_last.cuh"
 #include "common/cuda/roi_checks.cuh"
 #include "common/cuda_utils.cuh"
-#include "common/roi_pool_geometry.h"
+#include "common/roi_rows.h"
 #include "roi_pool/cuda/lane_pair.cuh"
 #include "roi_pool/roi_pool.h"
+#include "roi_pool/roi_pool_geometry.h"
 
 namespace redet {
 namespace {
@@ -101,8 +103,8 @@ template <typename scalar_t, typename index_t, int kLaneChannels>
 __global__ void
 __launch_bounds__(kWarpsPerBlock * kWarp, min_blocks_per_sm<scalar_t, index_t, kLaneChannels>())
 roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) memory
-                        const scalar_t* __restrict__ rois, int64_t num_rois, int channels,
-                        int height, int width, int pooled_h, int pooled_w,
+                        const scalar_t* __restrict__ rois, int64_t num_rois, int64_t batch_size,
+                        int channels, int height, int width, int pooled_h, int pooled_w,
                         at::opmath_type<scalar_t> spatial_scale, scalar_t* __restrict__ output,
                         int* __restrict__ argmax) {
   using acc_t = at::opmath_type<scalar_t>;
@@ -130,7 +132,10 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
     const PoolUnit u =
         pool_unit(unit, num_rois, channels, kChunk, pooled_w, groups_per_row, units_per_roi);
     const scalar_t* roi = rois + u.k * 5;
-    const int64_t n = static_cast<int64_t>(roi[0]);
+    // A row that breaks the rules (common/roi_rows.h; the op raises after this kernel, or not at
+    // all in a CUDA graph) pools empty bins: output 0, argmax -1 (no gradient). Warp-uniform.
+    int64_t n = 0;
+    const bool valid_roi = roi_row_image(roi, 5, batch_size, 0, 1, &n);
     // pixel i = h * width + w of channel c sits at input[(n * H * W + i) * C + c]
     const int64_t origin = n * height * width * channels + u.chunk_start + first;
     // C is a multiple of kLaneChannels on the vector path: a lane's channels are all valid or none.
@@ -139,8 +144,10 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
     // the whole warp: in 16-bit types the geometry is ~150 instructions a bin); the bin loop reads
     // it back (a broadcast), holding no registers for it across the loop.
     if (lane < u.bins) {
-      warp_bins[lane] = roi_pool_bin<scalar_t, acc_t>(roi, spatial_scale, u.ph, u.pw_start + lane,
-                                                      pooled_h, pooled_w, height, width);
+      warp_bins[lane] = valid_roi ? roi_pool_bin<scalar_t, acc_t>(roi, spatial_scale, u.ph,
+                                                                  u.pw_start + lane, pooled_h,
+                                                                  pooled_w, height, width)
+                                  : PoolBin{0, 0, 0, 0};
     }
     __syncwarp();
     for (int j = 0; j < u.bins; ++j) {
@@ -222,9 +229,11 @@ __global__ void roi_pool_backward_kernel(const scalar_t* __restrict__ grad,
     const int64_t c = i / (bins * num_rois);
     const int64_t o = (k * channels + c) * bins + bin;
     const int index = argmax[o];
-    const int64_t n = static_cast<int64_t>(rois[k * 5]);
-    // guards: argmax from the forward is in [-1, plane_size), its rois' batch indices are valid
-    if (index < 0 || index >= plane_size || n < 0 || n >= batch_size) continue;
+    // guards: argmax from the forward is in [-1, plane_size), its rois follow the rules of
+    // common/roi_rows.h (a raw call may pass anything: such entries pass no gradient)
+    int64_t n;
+    if (index < 0 || index >= plane_size) continue;
+    if (!roi_row_image(rois + k * 5, 5, batch_size, 0, 1, &n)) continue;
     add((n * channels + c) * plane_size + index, static_cast<at::opmath_type<scalar_t>>(grad[o]));
   }
 }
@@ -235,8 +244,8 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input
                                                          int64_t pooled_w) {
   check_roi_pool_forward(input_, rois_, pooled_h, pooled_w, spatial_scale);
   c10::cuda::CUDAGuard guard(input_.device());
-  // before the kernel, which trusts the batch indices
-  DeferredRoiCheck(rois_, input_.size(0)).raise_if_bad("roi_pool");
+  // enqueued before the kernel, read after it (which skips bad rows itself): the GPU never waits
+  DeferredRoiCheck roi_check(rois_, input_.size(0));
   // (N, H, W, C) memory: no copy when the caller's input is already channels-last.
   const auto input = to_channels_last(input_);
   const auto rois = rois_.contiguous();
@@ -244,7 +253,10 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input
   const auto options = input.options().memory_format(at::MemoryFormat::Contiguous);
   auto output = at::empty({num_rois, channels, pooled_h, pooled_w}, options);
   auto argmax = at::empty({num_rois, channels, pooled_h, pooled_w}, options.dtype(at::kInt));
-  if (output.numel() == 0) return {output, argmax};
+  if (output.numel() == 0) {
+    roi_check.raise_if_bad("roi_pool");
+    return {output, argmax};
+  }
   const int lane_channels = lane_channels_for(input);
   const int64_t chunk = kWarp * lane_channels;
   const int64_t units = (channels + chunk - 1) / chunk * num_rois * pooled_h *
@@ -259,8 +271,8 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input
       using index_t = decltype(index_type);
       roi_pool_forward_kernel<scalar_t, index_t, decltype(lanes)::value>
           <<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(
-              input.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), num_rois, channels,
-              input.size(2), input.size(3), pooled_h, pooled_w,
+              input.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), num_rois, input.size(0),
+              channels, input.size(2), input.size(3), pooled_h, pooled_w,
               static_cast<at::opmath_type<scalar_t>>(spatial_scale), output.data_ptr<scalar_t>(),
               argmax.data_ptr<int>());
     };
@@ -274,6 +286,7 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  roi_check.raise_if_bad("roi_pool");  // waits for the check only; the kernel runs on
   return {output, argmax};
 }
 

@@ -5,7 +5,7 @@
 // (L,T) (R,T) (L,B) (R,B), L = floor(p.x), R = min(L+1, W-1), T = floor(p.y), B = min(T+1, H-1),
 // with equal weights (at the border one pixel can get the same contribution twice).
 // Output = sum / count; pixels with count <= 0 are holes, optionally filled with the mean of the
-// nearest non-holes to the left, right, top and bottom (common/flow_hole_fill.h). In the returned
+// nearest non-holes to the left, right, top and bottom (flow_hole_fill.h). In the returned
 // count a filled hole holds −(number of directions that found a non-hole), which is what the
 // fill's backward needs. Accumulators are 4 values per pixel, pixel-major: (sum_x, sum_y, count, unused)
 // (on CUDA, sums per corner (L, T), from which the pixels' sums follow: cuda/corner_sums.cuh).
@@ -54,6 +54,15 @@ REDET_HOST_DEVICE bool project_pixel(int x, int y, acc_t gx, acc_t gy, int width
   c->right = c->left + 1 < width ? c->left + 1 : width - 1;
   c->bottom = c->top + 1 < height ? c->top + 1 : height - 1;
   return true;
+}
+
+// Is this depth input acceptable? depth > 0 (+inf allowed: weight 0), or an inverse depth finite
+// and >= 0 (the op's check, check_depth_values, applies the same rule to the whole tensor). A
+// source pixel with an invalid value contributes nothing and gets no gradient: with
+// check_depth=False, or in a CUDA graph, where nothing raises.
+template <typename acc_t>
+REDET_HOST_DEVICE bool depth_is_valid(acc_t depth, bool inverse_depth) {
+  return inverse_depth ? (depth >= acc_t(0) && isfinite(depth)) : depth > acc_t(0);
 }
 
 // The weight w from the depth input (which may already be 1/depth).

@@ -1,0 +1,130 @@
+// Autograd of RoIPool, registered in C++ at the Autograd key like every op's (a Python autograd
+// function would run Python on every call). The fake kernels stay in redet_plugin/ops/roi_pool.py.
+// The gradient flows to the input only; argmax is not differentiable. The backward op is linear
+// in grad_output, so its own gradient (double backward) gathers the incoming gradient at the
+// argmax pixels: every order of derivative is available.
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+namespace redet {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using TensorPair = std::tuple<at::Tensor, at::Tensor>;
+
+TensorPair pool(const at::Tensor& input, const at::Tensor& rois, double spatial_scale,
+                const c10::SymInt& pooled_h, const c10::SymInt& pooled_w) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("redet::roi_pool", "")
+          .typed<TensorPair(const at::Tensor&, const at::Tensor&, double, c10::SymInt,
+                            c10::SymInt)>();
+  return op.call(input, rois, spatial_scale, pooled_h, pooled_w);
+}
+
+at::Tensor pool_backward(const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& argmax,
+                         c10::SymIntArrayRef input_sizes) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("redet::_roi_pool_backward", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                               const at::Tensor&, c10::SymInt, c10::SymInt,
+                                               c10::SymInt, c10::SymInt)>();
+  return op.call(grad, rois, argmax, input_sizes[0], input_sizes[1], input_sizes[2],
+                 input_sizes[3]);
+}
+
+class RoIPool : public torch::autograd::Function<RoIPool> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& input,
+                               const at::Tensor& rois, double spatial_scale, c10::SymInt pooled_h,
+                               c10::SymInt pooled_w) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [output, argmax] = pool(input, rois, spatial_scale, pooled_h, pooled_w);
+    ctx->mark_non_differentiable({argmax});
+    ctx->save_for_backward({rois, argmax});
+    ctx->saved_data["input_sizes"] = input.sym_sizes();
+    return {output, argmax};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor grad_input;
+    if (ctx->needs_input_grad(0) && grads[0].defined()) {
+      const auto saved = ctx->get_saved_variables();
+      grad_input = pool_backward(grads[0], saved[0], saved[1],
+                                 ctx->saved_data["input_sizes"].toSymIntVector());
+    }
+    return {grad_input, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// d(grad_input)/d(grad_output) picks, for each output bin, the gradient at its argmax pixel of
+// its RoI's image. Entries the backward kernels skip (argmax -1 or outside the map, a RoI row
+// that breaks the rules of common/roi_rows.h) get 0 here too, with in-range indices for the
+// gather.
+at::Tensor gather_at_argmax(const at::Tensor& grad_grad_input, const at::Tensor& rois,
+                            const at::Tensor& argmax) {
+  const auto num_images = grad_grad_input.sym_size(0);
+  const auto plane = grad_grad_input.sym_size(2) * grad_grad_input.sym_size(3);
+  const auto index_column = rois.select(1, 0);
+  const auto finite_row = at::isfinite(rois).all(1);
+  const auto good_row = finite_row.logical_and(index_column.eq(index_column.floor()))
+                            .logical_and(index_column.ge(0))
+                            .logical_and(index_column.lt(num_images));
+  const auto image = at::where(good_row, index_column, at::zeros_like(index_column)).to(at::kLong);
+  const auto good_pixel = argmax.ge(0).logical_and(argmax.lt(plane));
+  const auto pixel = at::where(good_pixel, argmax, at::zeros_like(argmax)).flatten(2).to(at::kLong);
+  const auto planes = grad_grad_input.flatten(2).index_select(0, image);  // (K, C, H * W)
+  const auto keep = good_pixel.logical_and(good_row.view({-1, 1, 1, 1}));
+  return planes.gather(2, pixel).view_as(argmax).mul(keep);
+}
+
+class RoIPoolBackward : public torch::autograd::Function<RoIPoolBackward> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& grad,
+                               const at::Tensor& rois, const at::Tensor& argmax,
+                               c10::SymInt batch_size, c10::SymInt channels, c10::SymInt height,
+                               c10::SymInt width) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    const std::vector<c10::SymInt> sizes{batch_size, channels, height, width};
+    auto grad_input = pool_backward(grad, rois, argmax, sizes);
+    ctx->save_for_backward({rois, argmax});
+    return {grad_input};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    at::Tensor grad_grad_output;
+    if (ctx->needs_input_grad(0) && grads[0].defined()) {
+      const auto saved = ctx->get_saved_variables();
+      grad_grad_output = gather_at_argmax(grads[0], saved[0], saved[1]);
+    }
+    variable_list result(7);
+    result[0] = grad_grad_output;
+    return result;
+  }
+};
+
+TensorPair pool_autograd(const at::Tensor& input, const at::Tensor& rois, double spatial_scale,
+                         c10::SymInt pooled_h, c10::SymInt pooled_w) {
+  const auto result =
+      RoIPool::apply(input, rois, spatial_scale, std::move(pooled_h), std::move(pooled_w));
+  return {result[0], result[1]};
+}
+
+at::Tensor pool_backward_autograd(const at::Tensor& grad, const at::Tensor& rois,
+                                  const at::Tensor& argmax, c10::SymInt batch_size,
+                                  c10::SymInt channels, c10::SymInt height, c10::SymInt width) {
+  return RoIPoolBackward::apply(grad, rois, argmax, std::move(batch_size), std::move(channels),
+                                std::move(height), std::move(width))[0];
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(redet, Autograd, m) {
+  m.impl("roi_pool", &pool_autograd);
+  m.impl("_roi_pool_backward", &pool_backward_autograd);
+}
+
+}  // namespace redet
