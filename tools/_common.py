@@ -64,7 +64,9 @@ def check_data_folders(cfg, loader_keys) -> None:
 
 def check_checkpoint_matches(model, checkpoint_path: str) -> None:
     """Refuses a checkpoint whose weights do not fit the model (another architecture, another
-    number of classes), naming a few of the offending parameters."""
+    number of classes), naming a few of the offending parameters. Keys pass through the model's
+    load hooks (mmrotate's ReDet layout is accepted), so the weights are loaded into `model` on
+    the way; the Runner loads the same file next."""
     import torch
     from mmengine.model import is_model_wrapper
     if is_model_wrapper(model):
@@ -78,11 +80,15 @@ def check_checkpoint_matches(model, checkpoint_path: str) -> None:
         fail(f'checkpoint {checkpoint_path!r} holds no state_dict')
     state = {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
     expected = model.state_dict()
-    missing = [k for k in expected if k not in state]
-    unexpected = [k for k in state if k not in expected]
     wrong_shape = [f'{k} {tuple(state[k].shape)} vs model {tuple(v.shape)}'
                    for k, v in expected.items() if k in state and hasattr(state[k], 'shape')
                    and tuple(state[k].shape) != tuple(v.shape)]
+    missing, unexpected = [], []
+    if not wrong_shape:
+        try:
+            missing, unexpected = model.load_state_dict(state, strict=False)
+        except RuntimeError as error:  # a wrong shape under a key the load hooks rename
+            fail(f'checkpoint {checkpoint_path!r} is from a different model: {error}')
     if missing or unexpected or wrong_shape:
         fail(f'checkpoint {checkpoint_path!r} is from a different model: '
              f'{len(missing)} missing, {len(unexpected)} unexpected, {len(wrong_shape)} '

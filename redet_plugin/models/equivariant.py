@@ -78,6 +78,7 @@ class CachedFilterR2Conv(enn.R2Conv):
         super().__init__(*args, **kwargs)
         _own_basis(self.basisexpansion, like=self.weights)
         self._drop_cache()
+        self.register_load_state_dict_pre_hook(_ignore_saved_cache)
         # an eval-mode conv must not keep running with the filter of the weights before loading
         self.register_load_state_dict_post_hook(_refresh_after_load)
 
@@ -199,6 +200,11 @@ def _export_children(module: nn.Module) -> None:
             setattr(module, name, child.export())
         else:
             _export_children(child)
+
+
+def _ignore_saved_cache(conv: CachedFilterR2Conv, state_dict, prefix, *_args) -> None:
+    for name in CachedFilterR2Conv._CACHE:
+        state_dict.pop(prefix + name, None)
 
 
 def _refresh_after_load(conv: CachedFilterR2Conv, _incompatible_keys) -> None:

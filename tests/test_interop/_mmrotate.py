@@ -2,7 +2,8 @@
 
 mmrotate imports torchvision in one detector module (h2rbox_v2: `torchvision.transforms`), and
 torchvision cannot load beside the CPU torch of the CI machines. Only when the real import fails,
-a stand-in with the one function mmrotate uses takes its place; with a working torchvision (the
+a stand-in with the one function mmrotate uses (and the version string mmengine's Runner
+logs) takes its place; with a working torchvision (the
 GPU machine) the real one is used.
 """
 
@@ -19,6 +20,7 @@ except Exception:
     transforms.functional = functional
     torchvision = types.ModuleType("torchvision")
     torchvision.transforms = transforms
+    torchvision.__version__ = "0+redet-stand-in"  # mmengine's Runner reports it (collect_env)
     torchvision.__redet_stand_in__ = True
     sys.modules.update({"torchvision": torchvision, "torchvision.transforms": transforms,
                         "torchvision.transforms.functional": functional})

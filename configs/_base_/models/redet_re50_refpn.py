@@ -17,8 +17,11 @@ model = dict(
         out_indices=(0, 1, 2, 3),
         frozen_stages=1,
         style='pytorch',
-        # the published model starts from ImageNet-trained ReResNet-50 weights:
-        # init_cfg=dict(type='Pretrained', checkpoint='<re_resnet50_c8 checkpoint>')
+        # the published model starts from ImageNet-trained ReResNet-50 weights (ReDet's
+        # re_resnet50_c8_batch256-25b16846.pth, an mmcls checkpoint: 'backbone.*' + 'head.*'):
+        # init_cfg=dict(type='Pretrained', prefix='backbone.',
+        #               checkpoint='work_dirs/pretrain/re_resnet50_c8_batch256-25b16846.pth')
+        # Without prefix='backbone.' (as in mmrotate's config) no key matches and nothing loads.
         ),
     neck=dict(
         type='RedetReFPN',

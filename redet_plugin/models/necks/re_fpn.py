@@ -2,8 +2,12 @@
 
 Nearest upsampling, sums and the extra max-pool levels act on each channel alone, so they keep the
 regular fields' equivariance and run on plain tensors.
+
+mmrotate's ReFPN wraps every conv in a ConvModule (`lateral_convs.i.conv.*`, `fpn_convs.i.conv.*`,
+its extra convs appended to fpn_convs); its checkpoints load here as they are (a load_state_dict
+pre-hook renames them, see `mmrotate_prefixes`).
 """
-from typing import List, Sequence, Union
+from typing import List, Sequence, Tuple, Union
 
 import torch.nn.functional as F
 from mmengine.model import BaseModule
@@ -89,6 +93,16 @@ class ReFPN(EquivariantNetwork, BaseModule):
                 self.extra_convs.append(
                     r2conv(first_in if k == 0 else out_type, out_type, 3, stride=2, padding=1, bias=True))
 
+        self.register_load_state_dict_pre_hook(_rename_mmrotate_keys)
+
+    def mmrotate_prefixes(self) -> List[Tuple[str, str]]:
+        """(our key prefix, mmrotate ReFPN's key prefix) of every conv, relative to the neck."""
+        used = self.backbone_end_level - self.start_level
+        pairs = [(f"{name}.{i}.", f"{name}.{i}.conv.")
+                 for i in range(used) for name in ("lateral_convs", "fpn_convs")]
+        return pairs + [(f"extra_convs.{k}.", f"fpn_convs.{used + k}.conv.")
+                        for k in range(len(self.extra_convs))]
+
     def forward(self, inputs: Sequence) -> tuple:
         if len(inputs) != len(self.in_channels):
             raise ValueError(f"ReFPN: expected {len(self.in_channels)} input levels; got {len(inputs)}")
@@ -117,3 +131,13 @@ class ReFPN(EquivariantNetwork, BaseModule):
                 x = conv(x)
                 outs.append(to_plain(x))
         return tuple(outs)
+
+
+def _rename_mmrotate_keys(fpn: ReFPN, state_dict, prefix, *_args) -> None:
+    pairs = fpn.mmrotate_prefixes()
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        rest = key[len(prefix):]
+        for ours, theirs in pairs:
+            if rest.startswith(theirs):
+                state_dict[prefix + ours + rest[len(theirs):]] = state_dict.pop(key)
+                break

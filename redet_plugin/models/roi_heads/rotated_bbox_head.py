@@ -2,8 +2,9 @@
 
 Training needs nothing new from mmdet's BBoxHead: targets, losses and `regress_by_class` only use
 `bbox_coder.encode_size` (5 with our rotated coders). What changes is the test-time output: the
-decoded boxes are (N, 5) rotated boxes, rescaled as such, and suppressed with the NMS named in
-`rcnn_test_cfg.nms` (`nms_rotated`).
+decoded boxes are (N, 5) rotated boxes (decoded with max_shape=img_shape, as mmdet's head does: the
+rotated-prior coder then clamps centres into the image, as mmrotate's does), rescaled as such,
+and suppressed with the NMS named in `rcnn_test_cfg.nms` (`nms_rotated`).
 """
 from typing import Optional
 
@@ -49,7 +50,8 @@ class RotatedShared2FCBBoxHead(Shared2FCBBoxHead):
         scores = F.softmax(cls_score, dim=-1) if cls_score is not None else None
         num_rois = roi.size(0)
         num_boxes_per_roi = 1 if self.reg_class_agnostic else self.num_classes
-        boxes = self.bbox_coder.decode(roi[:, 1:], bbox_pred.view(num_rois, -1))
+        boxes = self.bbox_coder.decode(roi[:, 1:], bbox_pred.view(num_rois, -1),
+                                       max_shape=img_meta['img_shape'])
         boxes = get_box_tensor(boxes).reshape(num_rois * num_boxes_per_roi, 5)
         if rescale and boxes.size(0) > 0:
             scale_x, scale_y = img_meta['scale_factor'][:2]

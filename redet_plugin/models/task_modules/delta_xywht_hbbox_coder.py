@@ -36,6 +36,7 @@ class DeltaXYWHTHBBoxCoder(BaseBBoxCoder):
                                   self.norm_factor, self.edge_swap, proj_xy=False)
 
     def decode(self, bboxes, pred_bboxes: Tensor, max_shape=None, wh_ratio_clip=None) -> Tensor:
+        """max_shape is ignored: mmrotate's (and ReDet's) horizontal-prior coder clamps nothing."""
         bboxes = get_box_tensor(bboxes)
         return decode_rbox_deltas(hbox_as_prior(bboxes), pred_bboxes, self.means, self.stds,
                                   self.norm_factor, proj_xy=False,

@@ -36,6 +36,8 @@ class DeltaXYWHTRBBoxCoder(BaseBBoxCoder):
                                   self.edge_swap, self.proj_xy)
 
     def decode(self, bboxes, pred_bboxes: Tensor, max_shape=None, wh_ratio_clip=None) -> Tensor:
+        """max_shape (H, W): centres clamped into the image (mmrotate's coder does the same)."""
         return decode_rbox_deltas(get_box_tensor(bboxes), pred_bboxes, self.means, self.stds,
                                   self.norm_factor, self.proj_xy,
-                                  wh_ratio_clip=wh_ratio_clip or self.wh_ratio_clip)
+                                  wh_ratio_clip=wh_ratio_clip or self.wh_ratio_clip,
+                                  max_shape=max_shape)

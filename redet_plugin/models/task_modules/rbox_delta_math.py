@@ -54,10 +54,11 @@ def encode_rbox_deltas(priors: Tensor, targets: Tensor, means: Sequence[float],
 
 def decode_rbox_deltas(priors: Tensor, deltas: Tensor, means: Sequence[float],
                        stds: Sequence[float], norm_factor: Optional[float], proj_xy: bool,
-                       wh_ratio_clip: float) -> Tensor:
+                       wh_ratio_clip: float, max_shape: Optional[Sequence[int]] = None) -> Tensor:
     """Inverse of encode_rbox_deltas; returns le90 boxes. deltas may hold several boxes per
     prior: (N, 5 * k) with priors (N, 5). Computed in at least float32 (under AMP the deltas
-    come in float16, too coarse for image coordinates)."""
+    come in float16, too coarse for image coordinates). With max_shape (H, W, ...) the centres
+    are clamped to [0, W - 1] x [0, H - 1], as mmrotate's and ReDet's rotated-prior coder does."""
     num = priors.shape[0]
     dtype = torch.promote_types(deltas.dtype, torch.float32)
     deltas = deltas.to(dtype).reshape(num, -1, 5)
@@ -72,6 +73,8 @@ def decode_rbox_deltas(priors: Tensor, deltas: Tensor, means: Sequence[float],
         gy = py + dx * pw * sin + dy * ph * cos
     else:
         gx, gy = px + dx * pw, py + dy * ph
+    if max_shape is not None:
+        gx, gy = gx.clamp(0, max_shape[1] - 1), gy.clamp(0, max_shape[0] - 1)
     if norm_factor:
         dt = dt * norm_factor * math.pi
     boxes = torch.stack([gx, gy, pw * dw.exp(), ph * dh.exp(), pt + dt], dim=-1)
