@@ -7,26 +7,12 @@ graphs"). Eager calls still raise, also after a capture."""
 import pytest
 import torch
 
+from benchmarks._capture import capture
 from redet_plugin.ops import (depth_flow_projection, riroi_align_rotated,
                               riroi_align_rotated_multilevel, roi_pool)
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
-
-
-def capture(step, *inputs):
-    """Warms `step` up on a side stream (as torch.cuda.graph's documentation asks), captures it on
-    the static `inputs` and returns the graph and its static outputs."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            step(*inputs)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = step(*inputs)
-    return graph, outputs
 
 
 def replay(graph, outputs):
