@@ -45,6 +45,7 @@ class Projection : public torch::autograd::Function<Projection> {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [output, count] = project(flow, depth, t, inverse_depth, fill_holes, check_depth);
     ctx->mark_non_differentiable({count});
+    ctx->set_materialize_grads(false);  // no zeros for unused outputs: backward checks defined()
     ctx->save_for_backward({flow, depth, output, count});
     ctx->saved_data["t"] = t;
     ctx->saved_data["inverse_depth"] = inverse_depth;

@@ -105,6 +105,7 @@ class RiRoIAlignRotated : public torch::autograd::Function<RiRoIAlignRotated> {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto output = align(input, rois, spatial_scale, out_h, out_w, num_samples, num_orientations,
                         clockwise, legacy);
+    ctx->set_materialize_grads(false);  // no zeros for unused outputs: backward checks defined()
     ctx->save_for_backward({rois});
     ctx->saved_data["spatial_scale"] = spatial_scale;
     ctx->saved_data["input_sizes"] = input.sym_sizes();
@@ -139,6 +140,7 @@ class RiRoIAlignRotatedBackward : public torch::autograd::Function<RiRoIAlignRot
     const std::vector<c10::SymInt> sizes{batch_size, channels, height, width};
     auto grad_input = align_backward(grad, rois, spatial_scale, num_samples, num_orientations,
                                      clockwise, legacy, sizes);
+    ctx->set_materialize_grads(false);  // no zeros for unused outputs: backward checks defined()
     ctx->save_for_backward({rois});
     ctx->saved_data["spatial_scale"] = spatial_scale;
     ctx->saved_data["out_h"] = grad.sym_size(2);
@@ -180,6 +182,7 @@ class RiRoIAlignRotatedMultilevel : public torch::autograd::Function<RiRoIAlignR
       heights.push_back(f.sym_size(2));
       widths.push_back(f.sym_size(3));
     }
+    ctx->set_materialize_grads(false);  // no zeros for unused outputs: backward checks defined()
     ctx->save_for_backward({rois, levels});
     ctx->saved_data["num_levels"] = static_cast<int64_t>(features.size());
     ctx->saved_data["spatial_scales"] = spatial_scales;

@@ -44,6 +44,7 @@ class RoIPool : public torch::autograd::Function<RoIPool> {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [output, argmax] = pool(input, rois, spatial_scale, pooled_h, pooled_w);
     ctx->mark_non_differentiable({argmax});
+    ctx->set_materialize_grads(false);  // no zeros for unused outputs: backward checks defined()
     ctx->save_for_backward({rois, argmax});
     ctx->saved_data["input_sizes"] = input.sym_sizes();
     return {output, argmax};
@@ -90,6 +91,7 @@ class RoIPoolBackward : public torch::autograd::Function<RoIPoolBackward> {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     const std::vector<c10::SymInt> sizes{batch_size, channels, height, width};
     auto grad_input = pool_backward(grad, rois, argmax, sizes);
+    ctx->set_materialize_grads(false);  // no zeros for unused outputs: backward checks defined()
     ctx->save_for_backward({rois, argmax});
     return {grad_input};
   }

@@ -71,12 +71,18 @@ __global__ void pixel_terms_kernel(GradView<scalar_t> grad, const scalar_t* __re
 #pragma unroll
     for (int k = 0; k < kTermsPerLane; ++k) {
       const int x = x0 + k * kWarp;
-      const bool inside = x < width;
-      gx[k] = inside ? static_cast<acc_t>(grad.at(b, 0, y, x)) : acc_t(0);
-      gy[k] = inside ? static_cast<acc_t>(grad.at(b, 1, y, x)) : acc_t(0);
-      ox[k] = inside ? static_cast<acc_t>(out_row[x]) : acc_t(0);
-      oy[k] = inside ? static_cast<acc_t>(out_row[plane + x]) : acc_t(0);
-      c[k] = inside ? count[row + x] : acc_t(0);
+      c[k] = x < width ? count[row + x] : acc_t(0);
+    }
+    // A hole's record is zero whatever its gradient and output: not read (a pan's wide hole
+    // band then costs its count only).
+#pragma unroll
+    for (int k = 0; k < kTermsPerLane; ++k) {
+      const int x = x0 + k * kWarp;
+      const bool needed = x < width && c[k] > acc_t(0);
+      gx[k] = needed ? static_cast<acc_t>(grad.at(b, 0, y, x)) : acc_t(0);
+      gy[k] = needed ? static_cast<acc_t>(grad.at(b, 1, y, x)) : acc_t(0);
+      ox[k] = needed ? static_cast<acc_t>(out_row[x]) : acc_t(0);
+      oy[k] = needed ? static_cast<acc_t>(out_row[plane + x]) : acc_t(0);
     }
 #pragma unroll
     for (int k = 0; k < kTermsPerLane; ++k) {
