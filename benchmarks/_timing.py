@@ -65,8 +65,9 @@ def flush_l2():
     _flush_buffer.fill_(1.0)
 
 
-# about 1 ms on an H200: longer than any one call's host time in these benchmarks
-QUEUE_AHEAD_CYCLES = 2_000_000
+# about 0.2 ms on an H200: with the flush, longer than any one call's host time here (autograd.grad
+# about 0.1 ms), and short, as an op that waits for the GPU (a checked forward) spins through it
+QUEUE_AHEAD_CYCLES = 400_000
 
 
 def time_one_call(fn):
