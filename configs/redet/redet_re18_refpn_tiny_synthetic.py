@@ -55,14 +55,14 @@ model = dict(
         rpn_proposal=dict(nms_pre=1000, max_per_img=300),
         rcnn=[
             dict(
-                assigner=dict(type='MaxIoUAssigner', pos_iou_thr=0.5, neg_iou_thr=0.5,
+                assigner=dict(type='RedetMaxIoUAssigner', pos_iou_thr=0.5, neg_iou_thr=0.5,
                               min_pos_iou=0.5, match_low_quality=False, ignore_iof_thr=-1),
                 sampler=dict(type='RandomSampler', num=128, pos_fraction=0.25, neg_pos_ub=-1,
                              add_gt_as_proposals=True),
                 pos_weight=-1,
                 debug=False),
             dict(
-                assigner=dict(type='MaxIoUAssigner', pos_iou_thr=0.5, neg_iou_thr=0.5,
+                assigner=dict(type='RedetMaxIoUAssigner', pos_iou_thr=0.5, neg_iou_thr=0.5,
                               min_pos_iou=0.5, match_low_quality=False, ignore_iof_thr=-1,
                               iou_calculator=dict(type='RedetRBboxOverlaps2D')),
                 sampler=dict(type='RandomSampler', num=128, pos_fraction=0.25, neg_pos_ub=-1,

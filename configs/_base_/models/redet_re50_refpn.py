@@ -105,7 +105,7 @@ model = dict(
     train_cfg=dict(
         rpn=dict(
             assigner=dict(
-                type='MaxIoUAssigner',
+                type='RedetMaxIoUAssigner',
                 pos_iou_thr=0.7,
                 neg_iou_thr=0.3,
                 min_pos_iou=0.3,
@@ -129,7 +129,7 @@ model = dict(
             # stage 1: horizontal priors vs the gts' enclosing horizontal boxes
             dict(
                 assigner=dict(
-                    type='MaxIoUAssigner',
+                    type='RedetMaxIoUAssigner',
                     pos_iou_thr=0.5,
                     neg_iou_thr=0.5,
                     min_pos_iou=0.5,
@@ -146,7 +146,7 @@ model = dict(
             # stage 2: rotated priors vs rotated gts
             dict(
                 assigner=dict(
-                    type='MaxIoUAssigner',
+                    type='RedetMaxIoUAssigner',
                     pos_iou_thr=0.5,
                     neg_iou_thr=0.5,
                     min_pos_iou=0.5,

@@ -1,0 +1,88 @@
+"""mmdet's MaxIoUAssigner without host synchronisations in assign_wrt_overlaps.
+
+mmdet's low-quality matching loops over the gts in Python, and every iteration waits for the
+device twice (an `if` on a device scalar, then a boolean-mask write); steps 2, 3 and the label
+lookup write through boolean masks (nonzero, so another wait each). Here every step is a
+torch.where, an amax or a scatter_reduce over all gts at once, and the result equals mmdet's
+(gt_inds, max_overlaps, labels) element for element, ties included.
+"""
+import torch
+from mmdet.models.task_modules.assigners import AssignResult
+from mmdet.models.task_modules.assigners import MaxIoUAssigner as MMDetMaxIoUAssigner
+from mmdet.registry import TASK_UTILS
+from torch import Tensor
+
+from redet_plugin.utils.registration import register
+
+
+@register(TASK_UTILS)
+class MaxIoUAssigner(MMDetMaxIoUAssigner):
+    """Drop-in for mmdet's MaxIoUAssigner (same arguments, same results); registered as
+    'RedetMaxIoUAssigner'."""
+
+    def assign_wrt_overlaps(self, overlaps: Tensor, gt_labels: Tensor) -> AssignResult:
+        num_gts, num_bboxes = overlaps.size(0), overlaps.size(1)
+        if num_gts == 0 or num_bboxes == 0:
+            # shape-only branch: mmdet's code waits for nothing there
+            return super().assign_wrt_overlaps(overlaps, gt_labels)
+        _check_labels(gt_labels, num_gts)
+
+        max_overlaps, argmax_overlaps = overlaps.max(dim=0)
+        gt_max_overlaps, gt_argmax_overlaps = overlaps.max(dim=1)
+
+        # 1. and 2.: -1 (ignored) unless the best IoU is in the negative range
+        negative = self._negative_mask(max_overlaps)
+        assigned_gt_inds = overlaps.new_full((num_bboxes, ), -1, dtype=torch.long)
+        if negative is not None:
+            assigned_gt_inds = torch.where(negative, 0, assigned_gt_inds)
+
+        # 3. positive: the best gt when its IoU reaches pos_iou_thr
+        assigned_gt_inds = torch.where(max_overlaps >= self.pos_iou_thr, argmax_overlaps + 1,
+                                       assigned_gt_inds)
+
+        # 4. low-quality matches overwrite step 3; mmdet writes gt by gt in index order, so
+        # where several gts claim a box the highest index wins
+        if self.match_low_quality:
+            low_quality = self._low_quality_gt_inds(overlaps, gt_max_overlaps, gt_argmax_overlaps)
+            assigned_gt_inds = torch.where(low_quality > 0, low_quality, assigned_gt_inds)
+
+        assigned_labels = torch.where(
+            assigned_gt_inds > 0, gt_labels.long()[(assigned_gt_inds - 1).clamp(min=0)], -1)
+        return AssignResult(num_gts=num_gts, gt_inds=assigned_gt_inds,
+                            max_overlaps=max_overlaps, labels=assigned_labels)
+
+    def _negative_mask(self, max_overlaps: Tensor):
+        """Step 2's mask, with mmdet's reading of neg_iou_thr (a float: [0, thr); a pair:
+        [lo, hi); anything else: no negatives)."""
+        if isinstance(self.neg_iou_thr, float):
+            return (max_overlaps >= 0) & (max_overlaps < self.neg_iou_thr)
+        if isinstance(self.neg_iou_thr, tuple):
+            assert len(self.neg_iou_thr) == 2
+            return (max_overlaps >= self.neg_iou_thr[0]) & (max_overlaps < self.neg_iou_thr[1])
+        return None
+
+    def _low_quality_gt_inds(self, overlaps: Tensor, gt_max_overlaps: Tensor,
+                             gt_argmax_overlaps: Tensor) -> Tensor:
+        """Per box, 1 + the highest gt index that claims it in step 4, or 0 if none does."""
+        num_gts, num_bboxes = overlaps.shape
+        gt_numbers = torch.arange(1, num_gts + 1, device=overlaps.device)
+        claims = gt_max_overlaps >= self.min_pos_iou
+        if self.gt_max_assign_all:
+            # gt i claims every box whose IoU with it equals its maximum
+            claimed = (overlaps == gt_max_overlaps[:, None]) & claims[:, None]
+            index_dtype = torch.int16 if num_gts < 2**15 else torch.int64
+            return torch.where(claimed, gt_numbers.to(index_dtype)[:, None],
+                               0).amax(dim=0).long()
+        # gt i claims only the box at its argmax
+        return overlaps.new_zeros((num_bboxes, ), dtype=torch.long).scatter_reduce_(
+            0, gt_argmax_overlaps, torch.where(claims, gt_numbers, 0), reduce='amax')
+
+
+def _check_labels(gt_labels, num_gts: int) -> None:
+    if not isinstance(gt_labels, Tensor) or gt_labels.dtype.is_floating_point \
+            or gt_labels.dtype.is_complex or gt_labels.dtype == torch.bool:
+        raise TypeError(f'gt_labels: expected an integer tensor of shape ({num_gts},), got '
+                        f'{getattr(gt_labels, "dtype", type(gt_labels).__name__)}')
+    if gt_labels.shape != (num_gts, ):
+        raise ValueError(f'gt_labels: expected shape ({num_gts},) (one label per gt), got '
+                         f'{tuple(gt_labels.shape)}')
