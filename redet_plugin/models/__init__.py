@@ -1,7 +1,7 @@
 """Registers the model components in mmdet's registries (one import per subpackage or module)."""
 from . import backbones  # noqa: F401
 from . import necks  # noqa: F401
-from .equivariant import convert_to_plain  # noqa: F401
+from .equivariant import convert_to_plain, isolate_e2cnn_bases  # noqa: F401
 from . import roi_layers  # noqa: F401
 from . import roi_extractors  # noqa: F401
 from . import roi_heads  # noqa: F401

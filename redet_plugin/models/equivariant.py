@@ -120,6 +120,19 @@ def _own_basis(expansion: nn.Module, like: torch.Tensor) -> None:
             expansion.add_module(name, copy.deepcopy(block, memo).to(like))
 
 
+def isolate_e2cnn_bases(model: nn.Module) -> nn.Module:
+    """Give every e2cnn conv inside `model` (e.g. mmrotate's ReDet, built from plain e2cnn R2Convs)
+    its own copy of its sampled basis, as our CachedFilterR2Conv does from the start; returns
+    `model`. Without it, `.cuda()`, `.double()` or a state_dict load on that model would also move
+    or change the basis of every other e2cnn model in the process with the same basis. Outputs
+    stay exactly as they were."""
+    for module in model.modules():
+        expansion = getattr(module, "basisexpansion", None)
+        if isinstance(module, enn.EquivariantModule) and isinstance(expansion, nn.Module):
+            _own_basis(expansion, like=module.weights)
+    return model
+
+
 def _bare_r2conv(in_type, out_type, kernel_size, stride=1, padding=0, bias=False) -> enn.R2Conv:
     # frequencies_cutoff = 3 r is the basis the published ReDet checkpoints were trained with;
     # the same basis is needed for their coefficients to mean the same filters.
