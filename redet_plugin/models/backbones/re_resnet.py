@@ -16,6 +16,7 @@ from redet_plugin.utils.registration import register
 
 from ..equivariant import (NUM_ORIENTATIONS, EquivariantNetwork, r2conv, regular_type,
                            to_plain, trivial_type)
+from ..field_batch_norm import FieldBatchNorm
 
 
 class _ReBlock(torch.nn.Module):
@@ -35,9 +36,9 @@ class ReBasicBlock(_ReBlock):
         in_type = regular_type(in_channels, num_orientations)
         mid_type = regular_type(planes, num_orientations)
         self.conv1 = r2conv(in_type, mid_type, 3, stride=stride, padding=1)
-        self.bn1 = enn.InnerBatchNorm(mid_type)
+        self.bn1 = FieldBatchNorm(mid_type)
         self.conv2 = r2conv(mid_type, mid_type, 3, padding=1)
-        self.bn2 = enn.InnerBatchNorm(mid_type)
+        self.bn2 = FieldBatchNorm(mid_type)
         self.relu = enn.ReLU(mid_type, inplace=True)
         self.downsample = downsample
 
@@ -61,11 +62,11 @@ class ReBottleneck(_ReBlock):
         # 'pytorch' style strides in the 3x3 conv, 'caffe' style in the first 1x1 conv
         stride1, stride2 = (1, stride) if style == "pytorch" else (stride, 1)
         self.conv1 = r2conv(in_type, mid_type, 1, stride=stride1)
-        self.bn1 = enn.InnerBatchNorm(mid_type)
+        self.bn1 = FieldBatchNorm(mid_type)
         self.conv2 = r2conv(mid_type, mid_type, 3, stride=stride2, padding=1)
-        self.bn2 = enn.InnerBatchNorm(mid_type)
+        self.bn2 = FieldBatchNorm(mid_type)
         self.conv3 = r2conv(mid_type, out_type, 1)
-        self.bn3 = enn.InnerBatchNorm(out_type)
+        self.bn3 = FieldBatchNorm(out_type)
         # one ReLU per field type (e2cnn checks types); all are plain ReLUs once exported
         self.relu_mid = enn.ReLU(mid_type, inplace=True)
         self.relu = enn.ReLU(out_type, inplace=True)
@@ -151,7 +152,7 @@ class ReResNet(EquivariantNetwork, BaseModule):
         self.in_type = trivial_type(in_channels, num_orientations)
         stem_type = regular_type(stem_channels, num_orientations, "stem_channels")
         self.conv1 = r2conv(self.in_type, stem_type, 7, stride=2, padding=3)
-        self.bn1 = enn.InnerBatchNorm(stem_type)
+        self.bn1 = FieldBatchNorm(stem_type)
         self.relu = enn.ReLU(stem_type, inplace=True)
         self.maxpool = enn.PointwiseMaxPool(stem_type, kernel_size=3, stride=2, padding=1)
 
@@ -178,7 +179,7 @@ class ReResNet(EquivariantNetwork, BaseModule):
             downsample = enn.SequentialModule(
                 r2conv(regular_type(in_channels, self.num_orientations, "channels"), out_type, 1,
                        stride=stride),
-                enn.InnerBatchNorm(out_type))
+                FieldBatchNorm(out_type))
         blocks = [block(in_channels, planes, stride, downsample, style, self.num_orientations)]
         blocks += [block(out_channels, planes, 1, None, style, self.num_orientations)
                    for _ in range(1, num_blocks)]

@@ -1,0 +1,242 @@
+"""FieldBatchNorm: e2cnn's InnerBatchNorm computed by reductions that a GPU spreads over many blocks.
+
+InnerBatchNorm gives each field (e.g. a regular field: 8 orientation channels) one mean and variance
+over the batch, the field's channels and space. It views (B, C, H, W) as (B, C / s, s, H, W) and
+calls BatchNorm3d, whose per-channel GPU kernels then run about one block per field (8 fields at
+64 channels). Here the statistics are reductions over dims (0, 2) of a (B, fields, s * H * W)
+view, which torch splits across many blocks; the normalisation is one elementwise pass with a
+per-field scale and shift; the training backward is batch norm's own (two per-field sums, then one
+formula for the input gradient) rather than autograd through the statistics.
+
+FieldBatchNorm is an InnerBatchNorm: same constructor, submodules, parameters and buffers (its
+BatchNorm3d `batch_norm_[s]` hold them and their settings: momentum, eps, track_running_stats,
+training), so checkpoints load either way, export() is e2cnn's, and code that looks for _BatchNorm
+(norm_eval, frozen stages, zero-init) finds and switches them as before. Inner modules that are
+not plain BatchNorm3d (e.g. after SyncBatchNorm conversion) run e2cnn's own forward.
+
+Low-precision inputs (fp16/bf16, e.g. under autocast): statistics and sums in float32, output and
+input gradient in the input's dtype, as torch's batch norm does.
+"""
+import contextlib
+
+import torch
+from e2cnn import nn as enn
+
+__all__ = ["FieldBatchNorm", "field_batch_norm"]
+
+_DIMS = (0, 2)  # of a (B, fields, elements per field and sample) view: all but the field
+
+
+def _stats_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _autocast_off(device_type: str):
+    # the elementwise ops below mix dtypes on purpose; autocast would cast whole tensors first
+    if torch.amp.is_autocast_available(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def _per_field(v: torch.Tensor) -> torch.Tensor:
+    return v[:, None]  # (F,) -> (F, 1), broadcast against (B, F, L)
+
+
+def _mean_var(fields: torch.Tensor):
+    """Per-field mean and biased variance, in float32 at least."""
+    if fields.dtype == _stats_dtype(fields.dtype):
+        var, mean = torch.var_mean(fields, dim=_DIMS, correction=0)
+        return mean, var
+    # fp16/bf16: var_mean would round its results to the input's dtype; a sum and a sum of
+    # squares accumulated in float32 read the input once each, without a float32 copy of it
+    n = fields.numel() // fields.shape[1]
+    mean = fields.sum(_DIMS, dtype=torch.float32) / n
+    mean_sq = torch.linalg.vector_norm(fields, 2, _DIMS, dtype=torch.float32).square() / n
+    return mean, (mean_sq - mean.square()).clamp_min(0)
+
+
+def _scale_shift(fields: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
+                 dtype: torch.dtype) -> torch.Tensor:
+    """fields * scale + shift (per field) in one pass, computed in the dtype of scale and shift
+    and written in `dtype`."""
+    out = torch.empty(fields.shape, dtype=dtype, device=fields.device)
+    return torch.addcmul(_per_field(shift), fields, _per_field(scale), out=out)
+
+
+def _product(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """a * b computed and written in `dtype` in one pass (a * b of fp16 tensors would be rounded,
+    and may overflow, in fp16)."""
+    zero = torch.zeros((1,) * a.dim(), dtype=dtype, device=a.device)
+    return torch.addcmul(zero, a, b)
+
+
+def _check_first_order():
+    # grad mode is on in a backward only for create_graph=True; without a double backward the
+    # second-order terms would be silently missing
+    if torch.is_grad_enabled():
+        raise RuntimeError("FieldBatchNorm has no double backward (create_graph=True)")
+
+
+def _sum_g_xhat(grad, fields, mean, invstd, sum_g):
+    """Per field: the sum of grad * x_hat, x_hat = (x - mean) * invstd, from the sum of grad * x."""
+    sum_gx = _product(grad, fields, mean.dtype).sum(_DIMS)
+    return (sum_gx - mean * sum_g) * invstd
+
+
+class _BatchStatisticsNorm(torch.autograd.Function):
+    """Batch norm of (B, F, L) fields with the batch's statistics. Also returns the mean and the
+    biased variance (not differentiable) for the running averages."""
+
+    @staticmethod
+    def forward(ctx, fields, weight, bias, eps):
+        with _autocast_off(fields.device.type):
+            mean, var = _mean_var(fields)
+            invstd = torch.sqrt(var + eps).reciprocal()
+            scale = invstd if weight is None else invstd * weight
+            shift = -mean * scale if bias is None else bias - mean * scale
+            out = _scale_shift(fields, scale, shift, fields.dtype)
+        ctx.save_for_backward(fields, weight, mean, invstd)
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        ctx.mark_non_differentiable(mean, var)
+        return out, mean, var
+
+    @staticmethod
+    def backward(ctx, grad, _grad_mean, _grad_var):
+        _check_first_order()
+        fields, weight, mean, invstd = ctx.saved_tensors
+        need_x, need_weight, need_bias = ctx.needs_input_grad[:3]
+        grad_x = grad_weight = grad_bias = None
+        with _autocast_off(grad.device.type):
+            sum_g = grad.sum(_DIMS, dtype=mean.dtype)
+            if need_x or need_weight:
+                sum_g_xhat = _sum_g_xhat(grad, fields, mean, invstd, sum_g)
+            if need_x:
+                # dx = a * (g - sum_g / n - x_hat * sum_g_xhat / n) with a = weight * invstd,
+                # written as a * g + c * x + d
+                n = fields.numel() // fields.shape[1]
+                a = invstd if weight is None else invstd * weight
+                c = -a * invstd * sum_g_xhat / n
+                d = -a * sum_g / n - c * mean
+                cx_d = torch.addcmul(_per_field(d), fields, _per_field(c))
+                out = cx_d if cx_d.dtype == fields.dtype else torch.empty_like(cx_d, dtype=fields.dtype)
+                grad_x = torch.addcmul(cx_d, grad, _per_field(a), out=out)
+            if need_weight:
+                grad_weight = sum_g_xhat.to(weight.dtype)
+            if need_bias:
+                grad_bias = sum_g.to(ctx.bias_dtype)
+        return grad_x, grad_weight, grad_bias, None
+
+
+class _FieldScaleShift(torch.autograd.Function):
+    """fields * scale + shift per field (the running-statistics normalisation), in one pass."""
+
+    @staticmethod
+    def forward(ctx, fields, scale, shift):
+        with _autocast_off(fields.device.type):
+            out = _scale_shift(fields, scale, shift, fields.dtype)
+        ctx.save_for_backward(fields if ctx.needs_input_grad[1] else None, scale)
+        ctx.fields_dtype = fields.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        _check_first_order()
+        fields, scale = ctx.saved_tensors
+        need_x, need_scale, need_shift = ctx.needs_input_grad
+        grad_x = grad_scale = grad_shift = None
+        with _autocast_off(grad.device.type):
+            if need_x:
+                out = torch.empty(grad.shape, dtype=ctx.fields_dtype, device=grad.device)
+                grad_x = torch.mul(grad, _per_field(scale), out=out)
+            if need_scale:
+                grad_scale = _product(grad, fields, scale.dtype).sum(_DIMS)
+            if need_shift:
+                grad_shift = grad.sum(_DIMS, dtype=scale.dtype)
+        return grad_x, grad_scale, grad_shift
+
+
+def field_batch_norm(fields: torch.Tensor, bn: torch.nn.modules.batchnorm._BatchNorm) -> torch.Tensor:
+    """Batch norm of `fields` (B, F, L): statistics per field over dims 0 and 2, with the
+    parameters, buffers and settings of `bn` (a batch norm over F channels) exactly as bn's own
+    forward uses and updates them (momentum, cumulative average when momentum is None,
+    num_batches_tracked, unbiased variance in the running average, eval mode, and batch
+    statistics in eval mode when there are no running statistics)."""
+    if fields.dim() != 3 or fields.shape[1] != bn.num_features:
+        raise ValueError(f"field_batch_norm: fields must be a (B, {bn.num_features}, L) tensor; "
+                         f"got {tuple(fields.shape)}")
+    momentum = 0.0 if bn.momentum is None else bn.momentum
+    if bn.training and bn.track_running_stats and bn.num_batches_tracked is not None:
+        bn.num_batches_tracked.add_(1)
+        if bn.momentum is None:
+            momentum = 1.0 / float(bn.num_batches_tracked)
+    use_batch_stats = bn.training or (bn.running_mean is None and bn.running_var is None)
+
+    if not use_batch_stats:
+        invstd = torch.sqrt(bn.running_var.to(_stats_dtype(fields.dtype)) + bn.eps).reciprocal()
+        scale = invstd if bn.weight is None else invstd * bn.weight
+        shift = -bn.running_mean * scale if bn.bias is None else bn.bias - bn.running_mean * scale
+        return _FieldScaleShift.apply(fields, scale, shift)
+
+    n = fields.numel() // fields.shape[1]
+    if n <= 1:
+        raise ValueError("field_batch_norm: expected more than 1 value per field when training; "
+                         f"got fields of size {tuple(fields.shape)}")
+    out, mean, var = _BatchStatisticsNorm.apply(fields, bn.weight, bn.bias, bn.eps)
+    if bn.training and bn.track_running_stats and bn.running_mean is not None:
+        with torch.no_grad():
+            running_mean, running_var = bn.running_mean, bn.running_var
+            running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
+            unbiased = var * (n / (n - 1))
+            running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
+    return out
+
+
+class FieldBatchNorm(enn.InnerBatchNorm):
+    """e2cnn's InnerBatchNorm (same arguments, state_dict and results), faster on a GPU.
+
+    Args: as enn.InnerBatchNorm: in_type (fields whose representations allow pointwise
+    non-linearities, e.g. regular fields), eps, momentum, affine, track_running_stats.
+
+    The reductions run on CUDA tensors whose fields have at least MIN_FIELD_ELEMENTS elements each
+    (batch x field size x H x W): there cuDNN's per-field kernels get few blocks each. On smaller
+    maps (ReResNet-50 past its first stage at 1024^2, batch 2) cuDNN's single kernels are faster
+    than the reductions' several launches (benchmarks/bench_field_batch_norm.py), and on the CPU
+    torch's own batch norm is used.
+    """
+
+    MIN_FIELD_ELEMENTS = 2**20
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # channel selection per field size, as Python objects: no device read in forward
+        self._channels = {}
+        for s, contiguous in self._contiguous.items():
+            indices = getattr(self, f"indices_{s}").tolist()
+            self._channels[s] = slice(indices[0], indices[1]) if contiguous else indices
+
+    def forward(self, input: enn.GeometricTensor) -> enn.GeometricTensor:
+        if not isinstance(input, enn.GeometricTensor) or input.type != self.in_type:
+            got = input.type if isinstance(input, enn.GeometricTensor) else type(input).__name__
+            raise TypeError(f"{type(self).__name__}: input must be a GeometricTensor of type "
+                            f"{self.in_type}; got {got}")
+        norms = {s: getattr(self, f"batch_norm_[{s}]") for s in self._channels}
+        x = input.tensor
+        if (any(type(bn) is not torch.nn.BatchNorm3d for bn in norms.values())
+                or not self.uses_reductions(x)):
+            return super().forward(input)
+        b, c, h, w = x.shape
+        if len(norms) == 1:  # one field size, e.g. regular fields: all channels at once
+            (s, bn), = norms.items()
+            out = field_batch_norm(x.reshape(b, c // s, s * h * w), bn).view(b, c, h, w)
+        else:
+            out = torch.empty_like(x)
+            for s, bn in norms.items():
+                part = x[:, self._channels[s]]
+                normed = field_batch_norm(part.reshape(b, -1, s * h * w), bn)
+                out[:, self._channels[s]] = normed.view(part.shape)
+        return enn.GeometricTensor(out, self.out_type)
+
+    def uses_reductions(self, x: torch.Tensor) -> bool:
+        """Whether forward(x) takes the reduction path (class docstring) or e2cnn's."""
+        b, _, h, w = x.shape
+        return x.is_cuda and b * min(self._channels) * h * w >= self.MIN_FIELD_ELEMENTS
