@@ -81,8 +81,8 @@ def test_converting_an_isolated_model_leaves_the_other(change):
             assert out.dtype == torch.float32 and out.device.type == 'cpu'
             torch.testing.assert_close(out, old, rtol=0, atol=0)
         p = next(a.parameters())
-        for out, old in zip(run(a), a_before):
+        for out, old in zip(run(a), a_before):  # loose: convs on a GPU may round inputs to TF32
             assert (out.dtype, out.device) == (p.dtype, p.device)
-            torch.testing.assert_close(out.cpu().float(), old, rtol=1e-2, atol=1e-3)
+            torch.testing.assert_close(out.cpu().float(), old, rtol=1e-2, atol=1e-2)
     finally:
         undo(a)
