@@ -79,9 +79,9 @@ class MaxIoUAssigner(MMDetMaxIoUAssigner):
 
 
 def _check_labels(gt_labels, num_gts: int) -> None:
-    # any real dtype is accepted: mmdet casts the labels to long when it writes them
-    if not isinstance(gt_labels, Tensor) or gt_labels.dtype.is_complex:
-        raise TypeError(f'gt_labels: expected a real tensor of shape ({num_gts},), got '
+    if not isinstance(gt_labels, Tensor) or gt_labels.dtype.is_floating_point \
+            or gt_labels.dtype.is_complex or gt_labels.dtype == torch.bool:
+        raise TypeError(f'gt_labels: expected an integer tensor of shape ({num_gts},), got '
                         f'{getattr(gt_labels, "dtype", type(gt_labels).__name__)}')
     if gt_labels.shape != (num_gts, ):
         raise ValueError(f'gt_labels: expected shape ({num_gts},) (one label per gt), got '
