@@ -1,18 +1,19 @@
 """Where the detector's time goes: one training iteration (batch 2) and one inference image of the
 R50 ReDet config on 1024^2 synthetic images, split by part.
 
-Each part is timed by wrapping the method that does it (backbone and neck forward, RPN head / loss
-(and in it the assigner and sampler) / proposals, per RoI stage the assigner, sampler, RoI
-extractor, head, loss and refinement, the NMS calls, the optimizer step) with a CUDA
-synchronisation before and after, and a torch.profiler record_function range of the same name. The
-backward is split into heads / neck / backbone by handing the neck and the heads detached copies of
-their inputs and backpropagating the pieces one after the other. The synchronisations add a little
-to every part; the uninstrumented time of the same step (model.train_step / test_step) is reported
-beside the sum. Data loading is the time one process takes to load and augment a batch
-(num_workers=0; in training the loader's workers do this beside the GPU). The medians over --iters
-iterations / --images images follow --warmup unmeasured ones. With CUDA the longest kernels of an
+Each part is timed by wrapping the method that does it (backbone and neck forward, RPN head /
+loss / proposals, per RoI stage the assigner, sampler, RoI extractor, head, loss and refinement,
+the NMS calls, the optimizer step) with a CUDA synchronisation before and after, and a
+torch.profiler record_function range of the same name. The backward is split into heads / neck /
+backbone by handing the neck and the heads detached copies of their inputs and backpropagating
+the pieces one after the other. The synchronisations add a little to every part; the
+uninstrumented time of the same step (model.train_step / test_step) is reported beside the sum.
+Data loading is the time one process takes to load and augment a batch (num_workers=0; in
+training the loader's workers do this beside the GPU). The medians over --iters iterations /
+--images images follow --warmup unmeasured ones. With CUDA the longest kernels of an
 uninstrumented step come from torch.profiler. Inference is most telling with trained weights
 (--checkpoint): an untrained head scores every class near 1/16 and the NMS sees thousands of boxes.
+The RPN's assigner and sampler are timed as parts of 'rpn loss'.
 
     python -m benchmarks.profile_detector --out profile.json [--checkpoint CKPT] [--amp]
 (from the repository root)

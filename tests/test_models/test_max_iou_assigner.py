@@ -138,6 +138,16 @@ def test_bad_labels_are_named():
         ours.assign_wrt_overlaps(overlaps, None)
 
 
+@pytest.mark.parametrize('label_dtype', [torch.int32, torch.uint8])
+def test_narrow_integer_labels(label_dtype):
+    # mmdet's index_put needs long labels; ours takes any integer type, with the same result
+    ours, theirs = assigner_pair(min_pos_iou=0.3)
+    for seed in SEEDS[:10]:
+        overlaps, labels = tied_overlaps(seed, torch.float32)
+        assert_same_result(ours.assign_wrt_overlaps(overlaps, labels.to(label_dtype)),
+                           theirs.assign_wrt_overlaps(overlaps, labels))
+
+
 def grid_boxes(n, g):
     """Horizontal boxes on a coarse grid: duplicates and equal IoUs are common."""
     xy = torch.randint(0, 6, (n, 2), generator=g).float() * 4
