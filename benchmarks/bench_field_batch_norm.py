@@ -1,7 +1,7 @@
 """FieldBatchNorm vs e2cnn's InnerBatchNorm (cuDNN BatchNorm3d) on one GPU, at the ReResNet-50
 shapes of a batch of 2 images of 1024^2 (8-rotation regular fields): training forward + backward
-through autograd (input, weight and bias gradients), training forward, and eval forward, fp32 and
-under fp16 autocast. `ours_*` is the module as configured (the reductions only where
+through autograd (input, weight and bias gradients), training forward, eval forward, and eval
+forward + backward (norm_eval), fp32 and under fp16 autocast. `ours_*` is the module as configured (the reductions only where
 FieldBatchNorm.uses_reductions says so); `reductions_*` forces the reduction path everywhere, the
 data behind that rule. Diagnostic: no goal.
 Usage (repo root): python -m benchmarks.bench_field_batch_norm --out field_batch_norm_h200.json"""
@@ -30,7 +30,7 @@ def forced_reductions():
 
 
 def timings(module, x, amp):
-    """ms of training forward + backward, training forward, eval forward."""
+    """ms of training forward + backward, training forward, eval forward, eval forward + backward."""
     field_type = module.in_type
     params = tuple(module.parameters())
     autocast = torch.autocast("cuda", dtype=torch.float16, enabled=amp)
@@ -46,8 +46,8 @@ def timings(module, x, amp):
         torch.autograd.grad(forward(), (x,) + params, grad)
 
     row = dict(train_fwd_bwd_ms=time_cuda(forward_backward), train_fwd_ms=time_cuda(forward))
-    module.eval()
-    row["eval_fwd_ms"] = time_cuda(forward)
+    module.eval()  # eval_fwd_bwd: running statistics with gradients, as under norm_eval
+    row.update(eval_fwd_ms=time_cuda(forward), eval_fwd_bwd_ms=time_cuda(forward_backward))
     module.train()
     return row
 

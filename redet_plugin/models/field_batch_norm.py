@@ -197,13 +197,15 @@ class FieldBatchNorm(enn.InnerBatchNorm):
     Args: as enn.InnerBatchNorm: in_type (fields whose representations allow pointwise
     non-linearities, e.g. regular fields), eps, momentum, affine, track_running_stats.
 
-    The reductions run on CUDA tensors whose fields have at least MIN_FIELD_ELEMENTS elements each
-    (batch x field size x H x W): there cuDNN's per-field kernels get few blocks each. On smaller
-    maps (ReResNet-50 past its first stage at 1024^2, batch 2) cuDNN's single kernels are faster
-    than the reductions' several launches (benchmarks/bench_field_batch_norm.py), and on the CPU
-    torch's own batch norm is used.
+    On CUDA, normalising with running statistics (eval mode, also norm_eval) is always one
+    scale-shift pass: cuDNN's per-field eval kernel is slower at every ReResNet-50 shape. With
+    batch statistics the reductions run where fields have at least MIN_FIELD_ELEMENTS elements
+    each (batch x field size x H x W); on smaller maps (ReResNet-50 past its first stage at 1024^2,
+    batch 2) cuDNN's single kernels beat the reductions' several launches
+    (benchmarks/bench_field_batch_norm.py). On the CPU torch's own batch norm is used.
     """
 
+    # below this, cuDNN's one-kernel batch-statistics norm beats the reductions' several launches
     MIN_FIELD_ELEMENTS = 2**20
 
     def __init__(self, *args, **kwargs):
@@ -219,7 +221,7 @@ class FieldBatchNorm(enn.InnerBatchNorm):
             got = input.type if isinstance(input, enn.GeometricTensor) else type(input).__name__
             raise TypeError(f"{type(self).__name__}: input must be a GeometricTensor of type "
                             f"{self.in_type}; got {got}")
-        norms = {s: getattr(self, f"batch_norm_[{s}]") for s in self._channels}
+        norms = self._norms()
         x = input.tensor
         if (any(type(bn) is not torch.nn.BatchNorm3d for bn in norms.values())
                 or not self.uses_reductions(x)):
@@ -238,5 +240,12 @@ class FieldBatchNorm(enn.InnerBatchNorm):
 
     def uses_reductions(self, x: torch.Tensor) -> bool:
         """Whether forward(x) takes the reduction path (class docstring) or e2cnn's."""
+        if not x.is_cuda:
+            return False
+        if all(not bn.training and bn.running_mean is not None for bn in self._norms().values()):
+            return True
         b, _, h, w = x.shape
-        return x.is_cuda and b * min(self._channels) * h * w >= self.MIN_FIELD_ELEMENTS
+        return b * min(self._channels) * h * w >= self.MIN_FIELD_ELEMENTS
+
+    def _norms(self) -> dict:
+        return {s: getattr(self, f"batch_norm_[{s}]") for s in self._channels}

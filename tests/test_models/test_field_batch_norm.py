@@ -35,6 +35,17 @@ def test_dispatch_rule():
     assert USES_REDUCTIONS(module, _Shape((2, 256, 256, 256), True))  # 2 * 8 * 256^2 = 2^20
     assert not USES_REDUCTIONS(module, _Shape((2, 256, 256, 255), True))
     assert not USES_REDUCTIONS(module, _Shape((2, 256, 512, 512), False))  # CPU: torch's own
+    # running statistics (eval, norm_eval): the scale-shift pass at any size on CUDA
+    small = _Shape((2, 256, 8, 8), True)
+    assert not USES_REDUCTIONS(module, small)
+    for bn in inner_norms(module):
+        bn.eval()
+    assert USES_REDUCTIONS(module, small)
+    assert not USES_REDUCTIONS(module, _Shape((2, 256, 8, 8), False))
+    # eval without running statistics normalises with the batch's: the size rule again
+    untracked = FieldBatchNorm(regular_type(256), track_running_stats=False).eval()
+    assert not USES_REDUCTIONS(untracked, small)
+    assert USES_REDUCTIONS(untracked, _Shape((2, 256, 256, 256), True))
 
 
 def test_e2cnn_path_below_the_threshold(monkeypatch):
@@ -351,8 +362,12 @@ def test_re_resnet_train_step_matches_e2cnn_norms(kwargs):
 
 @pytest.mark.cuda
 @CUDA
+@pytest.mark.parametrize("rule", ["reductions", "real_rule"])
 @pytest.mark.parametrize("amp", [False, True], ids=["fp32", "fp16_autocast"])
-def test_cuda_matches_e2cnn(amp):
+def test_cuda_matches_e2cnn(amp, rule, monkeypatch):
+    """real_rule: below the threshold, so e2cnn's path in training and the scale-shift in eval."""
+    if rule == "real_rule":
+        monkeypatch.setattr(FieldBatchNorm, "uses_reductions", USES_REDUCTIONS)
     torch.manual_seed(0)
     ref, ours = make_pair(dtype=torch.float32)
     ref, ours = ref.cuda(), ours.cuda()
