@@ -196,23 +196,12 @@ inline int lane_channels_for(const at::Tensor& channels_last_input) {
 }
 
 // The backward scatters each output gradient onto its argmax pixel; `Add` says how it is summed.
-// Fast path: atomics straight into grad_input, in its own type. For float16/bfloat16 that is a
-// native 16-bit atomic (sm_70+ / sm_80+), as torchvision's and mmcv's kernels add: summing in
-// float32 instead would need a float32 buffer and a conversion pass, which made the 16-bit
-// backward slower than the float32 one. Exact sums: the deterministic path below.
-template <typename scalar_t>
-struct AtomicAdd {
-  scalar_t* target;
+// Fast path: float atomics into an fp32 (fp64 for double) accumulator.
+template <typename acc_t>
+struct FloatAtomicAdd {
+  acc_t* target;
   __device__ void prepare() {}
-  __device__ void operator()(int64_t i, at::opmath_type<scalar_t> value) const {
-    if constexpr (std::is_same_v<scalar_t, c10::Half>) {
-      atomicAdd(reinterpret_cast<__half*>(target + i), __float2half_rn(value));
-    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
-      atomicAdd(reinterpret_cast<__nv_bfloat16*>(target + i), __float2bfloat16_rn(value));
-    } else {
-      atomicAdd(target + i, value);
-    }
-  }
+  __device__ void operator()(int64_t i, acc_t value) const { atomicAdd(target + i, value); }
 };
 
 // Deterministic path: 64-bit fixed point with integer atomics (order-independent sums).
@@ -330,16 +319,19 @@ at::Tensor roi_pool_backward_cuda(const at::Tensor& grad_, const at::Tensor& roi
     fixed_point_to_tensor(fixed, bound, grad_input);
     return grad_input;
   }
-  auto grad_input = at::zeros({batch_size, channels, height, width}, grad.options());
+  const bool is_double = grad.scalar_type() == at::kDouble;
+  auto acc = at::zeros({batch_size, channels, height, width},
+                       grad.options().dtype(is_double ? at::kDouble : at::kFloat));
   if (total > 0) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "roi_pool_backward_cuda", [&] {
+      using acc_t = at::opmath_type<scalar_t>;
       roi_pool_backward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
           grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), argmax.data_ptr<int>(), num_rois,
-          batch_size, channels, plane, bins, AtomicAdd<scalar_t>{grad_input.data_ptr<scalar_t>()});
+          batch_size, channels, plane, bins, FloatAtomicAdd<acc_t>{acc.data_ptr<acc_t>()});
     });
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  return grad_input;
+  return acc.scalar_type() == grad.scalar_type() ? acc : acc.to(grad.scalar_type());
 }
 
 }  // namespace
