@@ -70,11 +70,13 @@ def flush_l2():
 QUEUE_AHEAD_CYCLES = 400_000
 
 
-def time_one_call(fn):
-    """Milliseconds of one fn() call on the current CUDA stream, L2 flushed first and the GPU kept
-    busy while the host enqueues the call (module docstring)."""
+def time_one_call(fn, queue_ahead=True):
+    """Milliseconds of one fn() call on the current CUDA stream, L2 flushed first and (unless
+    queue_ahead=False: a diagnostic) the GPU kept busy while the host enqueues the call (module
+    docstring)."""
     flush_l2()
-    torch.cuda._sleep(QUEUE_AHEAD_CYCLES)
+    if queue_ahead:
+        torch.cuda._sleep(QUEUE_AHEAD_CYCLES)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     fn()
@@ -83,12 +85,12 @@ def time_one_call(fn):
     return start.elapsed_time(end)
 
 
-def time_cuda(fn, repeats=60, warmup=5):
-    """Median milliseconds of fn() on the current CUDA stream."""
+def time_cuda(fn, repeats=60, warmup=5, queue_ahead=True):
+    """Median milliseconds of fn() on the current CUDA stream (time_one_call)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    return statistics.median(time_one_call(fn) for _ in range(repeats))
+    return statistics.median(time_one_call(fn, queue_ahead) for _ in range(repeats))
 
 
 def back_to_back_us(fn, calls=200, warmup=10):

@@ -1,12 +1,12 @@
 """Why the public backward (through autograd) took longer on the GPU than the raw backward op:
-for the flow projection and RoIPool, each backward timed three ways — the benchmarks' way (L2 flush,
-the GPU queue kept ahead of the host: benchmarks/_timing.py), with the flush only (so the host's
-time shows as idle GPU time when it exceeds the flush's), and per kernel (torch.profiler) — plus the host time per call of an
-autograd.grad through one multiplication of the same size (the engine's own cost) and the flush's
-own duration. Diagnostic only: nothing here is a goal.
+for the flow projection and RoIPool, each backward timed three ways: the benchmarks' way (L2
+flush, the GPU queue kept ahead of the host: benchmarks/_timing.py), with the flush only (the
+host's time then shows as idle GPU time where it exceeds the flush's), and per kernel
+(torch.profiler); plus the host time per call of an autograd.grad through one multiplication of
+the same size (the engine's own cost) and the flush's own duration. Also the filling forward's
+kernels per dtype. Diagnostic only: nothing here is a goal.
 Usage (repo root): python -m benchmarks.diagnose_backward_gap --out backward_gap_h200.json"""
 import argparse
-import statistics
 
 import torch
 
@@ -19,22 +19,6 @@ from redet_plugin.ops import depth_flow_projection, roi_pool
 T = 0.5
 
 
-def time_flush_only(fn, repeats=40):
-    """Median ms of fn() after the L2 flush, without keeping the GPU busy meanwhile."""
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(repeats):
-        flush_l2()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def describe(name, public, raw, like):
     """The three timings of both backwards, and the engine's cost for a tensor like `like`."""
     x = like.detach().clone().requires_grad_(True)
@@ -43,7 +27,7 @@ def describe(name, public, raw, like):
     row = dict(case=name)
     for label, fn in (("public", public), ("raw", raw), ("trivial_autograd", trivial)):
         row[f"{label}_ms"] = time_cuda(fn)
-        row[f"{label}_flush_only_ms"] = time_flush_only(fn)
+        row[f"{label}_flush_only_ms"] = time_cuda(fn, queue_ahead=False)
         row[f"{label}_host_us"] = back_to_back_us(fn)
         if label != "trivial_autograd":
             row[f"{label}_kernels"] = kernel_times_us(fn)  # the L2 flush's fill kernel included
