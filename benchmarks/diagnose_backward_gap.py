@@ -85,13 +85,14 @@ def main():
                  lambda: flow_case("4K", "smooth"), lambda: flow_case("1080p", "pan"),
                  lambda: flow_case("256x448", "pan"),
                  lambda: flow_forward_kernels("4K", "incoherent"),
-                 lambda: flow_forward_kernels("256x448", "smooth"), lambda: roi_pool_case(torch.float32),
-                 lambda: roi_pool_case(torch.float16)):
+                 lambda: flow_forward_kernels("256x448", "smooth"),
+                 lambda: roi_pool_case(torch.float32), lambda: roi_pool_case(torch.float16)):
         try:
             rows.append(case())
         except Exception as error:  # noqa: BLE001  (a diagnostic: record and go on)
             rows.append(dict(error=repr(error)[:500]))
-    write_json(args.out, dict(what=__doc__.splitlines()[0], flush_ms=flush_ms, flush_kernels=flush_kernels, results=rows))
+    write_json(args.out, dict(what=__doc__.splitlines()[0], flush_ms=flush_ms,
+                              flush_kernels=flush_kernels, results=rows))
 
 
 if __name__ == "__main__":
