@@ -13,3 +13,16 @@ def deterministic_mode():
         yield
     finally:
         torch.use_deterministic_algorithms(previous)
+
+
+@contextlib.contextmanager
+def full_fp32():
+    """No TF32 in cuDNN convolutions or CUDA matmuls for the block (torch lets cuDNN use it by
+    default): two fp32 models compared on a GPU then differ by float rounding, not by TF32's 10-bit
+    mantissa amplified through a deep network."""
+    previous = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = previous

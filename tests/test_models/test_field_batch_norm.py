@@ -375,11 +375,19 @@ def test_cuda_matches_e2cnn(amp, rule, monkeypatch):
     grad = torch.randn_like(x)
     if amp:
         x, grad = x.half(), grad.half()
-    tol = dict(rtol=2e-3, atol=2e-3) if amp else dict(rtol=1e-4, atol=1e-4)
+    exact_ref = copy.deepcopy(ref).double()  # float64 on the same (rounded) inputs
     for mode in (True, False):
-        ref.train(mode), ours.train(mode)
+        ref.train(mode), ours.train(mode), exact_ref.train(mode)
         with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
             out, expected = run(ours, x, grad), run(ref, x, grad)
+        exact = run(exact_ref, x.double(), grad.double())
         assert [o.dtype for o in out] == [o.dtype for o in expected]
-        assert_all_close([o.float() for o in out], [e.float() for e in expected], **tol)
+        if amp:
+            # fp16: a parameter gradient sums 2*8*64*64 rounded products, and ours and e2cnn's round
+            # differently; ours must be about as close to float64 as e2cnn's is
+            for o, e, ex in zip(out, expected, exact):
+                our_err, their_err = (o.double() - ex).abs().max(), (e.double() - ex).abs().max()
+                assert our_err <= max(2 * their_err, 4e-3 * ex.abs().max() + 1e-3)
+        else:
+            assert_all_close(out, expected, rtol=1e-4, atol=1e-4)
         assert_all_close(state(ours), state(ref), rtol=1e-5, atol=1e-5)
