@@ -9,6 +9,9 @@ anything runs. The values of rois (finite, integer batch index in [0, N)) are ch
 before computing; on CUDA after the kernel is enqueued (the GPU never waits for the host; the
 kernel skips bad rows), and not at all while a CUDA graph is captured, where a bad row pools zeros
 (argmax -1) and passes no gradient (README: "Bad input, host waits and CUDA graphs").
+
+The CUDA backward sums float16/bfloat16 gradients in 16 bits with atomics (as torchvision does);
+under torch.use_deterministic_algorithms(True) it sums exactly (64-bit fixed point), like the CPU.
 """
 from typing import List, Sequence, Union
 

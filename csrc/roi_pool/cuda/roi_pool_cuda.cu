@@ -196,12 +196,40 @@ inline int lane_channels_for(const at::Tensor& channels_last_input) {
 }
 
 // The backward scatters each output gradient onto its argmax pixel; `Add` says how it is summed.
-// Fast path: float atomics into an fp32 (fp64 for double) accumulator.
-template <typename acc_t>
-struct FloatAtomicAdd {
-  acc_t* target;
+// Fast path: atomics straight into grad_input, in its own type, as torchvision adds. A float32
+// buffer and a conversion pass made the 16-bit backward slower than the float32 one, and so did
+// lone 16-bit atomics; a 16-bit value is therefore added as one lane of a 32-bit f16x2/bf16x2
+// atomic (native on sm_90) whose other lane adds +0. Exact sums: the deterministic path below.
+template <typename pair_t, typename half_t>
+__device__ void add_as_pair_lane(half_t* base, int64_t i, int64_t numel, half_t value,
+                                 half_t zero) {
+  half_t* target = base + i;
+  const bool low_lane = reinterpret_cast<std::uintptr_t>(target) % sizeof(pair_t) == 0;
+  if (low_lane && i + 1 < numel) {
+    atomicAdd(reinterpret_cast<pair_t*>(target), pair_t{value, zero});
+  } else if (!low_lane && i > 0) {
+    atomicAdd(reinterpret_cast<pair_t*>(target - 1), pair_t{zero, value});
+  } else {  // the tensor's first or last element, with no partner inside it
+    atomicAdd(target, value);
+  }
+}
+
+template <typename scalar_t>
+struct AtomicAdd {
+  scalar_t* target;
+  int64_t numel;
   __device__ void prepare() {}
-  __device__ void operator()(int64_t i, acc_t value) const { atomicAdd(target + i, value); }
+  __device__ void operator()(int64_t i, at::opmath_type<scalar_t> value) const {
+    if constexpr (std::is_same_v<scalar_t, c10::Half>) {
+      add_as_pair_lane<__half2>(reinterpret_cast<__half*>(target), i, numel,
+                                __float2half_rn(value), __float2half_rn(0.f));
+    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+      add_as_pair_lane<__nv_bfloat162>(reinterpret_cast<__nv_bfloat16*>(target), i, numel,
+                                       __float2bfloat16_rn(value), __float2bfloat16_rn(0.f));
+    } else {
+      atomicAdd(target + i, value);
+    }
+  }
 };
 
 // Deterministic path: 64-bit fixed point with integer atomics (order-independent sums).
@@ -319,19 +347,17 @@ at::Tensor roi_pool_backward_cuda(const at::Tensor& grad_, const at::Tensor& roi
     fixed_point_to_tensor(fixed, bound, grad_input);
     return grad_input;
   }
-  const bool is_double = grad.scalar_type() == at::kDouble;
-  auto acc = at::zeros({batch_size, channels, height, width},
-                       grad.options().dtype(is_double ? at::kDouble : at::kFloat));
+  auto grad_input = at::zeros({batch_size, channels, height, width}, grad.options());
   if (total > 0) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "roi_pool_backward_cuda", [&] {
-      using acc_t = at::opmath_type<scalar_t>;
+      const AtomicAdd<scalar_t> add{grad_input.data_ptr<scalar_t>(), grad_input.numel()};
       roi_pool_backward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
           grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), argmax.data_ptr<int>(), num_rois,
-          batch_size, channels, plane, bins, FloatAtomicAdd<acc_t>{acc.data_ptr<acc_t>()});
+          batch_size, channels, plane, bins, add);
     });
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  return acc.scalar_type() == grad.scalar_type() ? acc : acc.to(grad.scalar_type());
+  return grad_input;
 }
 
 }  // namespace
