@@ -20,8 +20,8 @@
 //      through the summaries, which skip 1024 pixels per load (a half-empty 4K image has runs of
 //      ~2000 holes) - then reads the four values together and writes the mean.
 // Non-holes cost one read of the accumulators and one write of output and count (as in plain
-// normalisation) plus a few bits, and for fp16/bf16 output, where a hole is beside them, a
-// full-precision copy that the fill reads (neighbour_value); the rest scales with the holes.
+// normalisation) plus a few bits, and for fp16/bf16 output a full-precision copy that the fill
+// reads (neighbour_value); the rest scales with the holes.
 #pragma once
 #include <stdint.h>
 
@@ -69,8 +69,8 @@ struct HoleMasks {
 
 // ---- 1. normalise and mark --------------------------------------------------------------------
 
-// Full-precision projected values of the non-holes beside a hole, (x, y) of pixel i side by side
-// (fp16/bf16 and fixed-point outputs only: neighbour_value).
+// Full-precision projected values of the non-holes, (x, y) of pixel i side by side (fp16/bf16
+// and fixed-point outputs only: neighbour_value).
 __device__ __forceinline__ void store_exact(float* exact, int64_t i, float x, float y) {
   reinterpret_cast<float2*>(exact)[i] = make_float2(x, y);
 }
@@ -86,30 +86,6 @@ __device__ __forceinline__ NeighbourValue<calc_t> load_exact(const calc_t* exact
     const double2 v = reinterpret_cast<const double2*>(exact)[i];
     return {true, v.x, v.y};
   }
-}
-
-// A non-hole of the row before, waiting for the row below to say whether its full-precision value
-// is needed (mark_tiles_kernel).
-template <typename calc_t>
-struct NeighbourPending {
-  bool valid = false;      // a non-hole inside the image
-  bool hole_near = false;  // a hole (or the unknown) to its left, right or above
-  int64_t i = 0;
-  calc_t x = 0, y = 0;
-  __device__ __forceinline__ void store_if_needed(calc_t* exact, bool hole_below) const {
-    if (valid && (hole_near || hole_below)) store_exact(exact, i, x, y);
-  }
-};
-
-// Whether lane's pixel (x, y) of a row whose non-hole bits are `word` may have a hole to its left,
-// right or above: a neighbour in another 32-pixel chunk, or above the warp's first row, counts as
-// one (unknown here).
-__device__ __forceinline__ bool hole_left_right_or_above(uint32_t word, uint32_t word_above,
-                                                         bool first_row, int lane, int x, int y,
-                                                         int width) {
-  return (x > 0 && (lane == 0 || !((word >> (lane - 1)) & 1u))) ||
-         (x + 1 < width && (lane == kWarp - 1 || !((word >> (lane + 1)) & 1u))) ||
-         (y > 0 && (first_row || !((word_above >> lane) & 1u)));
 }
 
 constexpr int kMarkRowsPerStep = 8;  // rows whose loads a warp has in flight together
@@ -158,12 +134,6 @@ __global__ void mark_tiles_kernel(Slots slots_arg, int64_t batch, int height, in
     Sums<calc_t> above = y0 > 0 && x < width ? row_pair_sums<calc_t>(slots, row_above, x, width)
                                              : no_sums<calc_t>();
     uint32_t my_row_word = 0;  // lane r: the non-hole bits of row tile_y0 + r, if it is this warp's
-    // The full-precision copy (16-bit and fixed-point outputs) is read only at a hole's nearest
-    // non-holes, which have a hole beside them: a non-hole is kept when a neighbour is a hole or
-    // lies outside the rows and columns this warp sees. The pixel below is known one row later,
-    // so each row's decision waits for the next row's word.
-    NeighbourPending<calc_t> pending;
-    uint32_t word_above = 0;
     for (int r0 = 0; r0 < rows_per_warp && y0 + r0 < height; r0 += kMarkRowsPerStep) {
       Sums<calc_t> here[kMarkRowsPerStep], left_of_warp[kMarkRowsPerStep];
 #pragma unroll
@@ -193,22 +163,13 @@ __global__ void mark_tiles_kernel(Slots slots_arg, int64_t batch, int height, in
           out[i + b * plane] = static_cast<scalar_t>(p.x);  // (b, 0, y, x) of the output
           out[i + b * plane + plane] = static_cast<scalar_t>(p.y);
           count[i] = p.count;
+          if constexpr (!std::is_same_v<scalar_t, calc_t>) {
+            if (p.valid) store_exact(exact, i, p.x, p.y);
+          }
         }
         const uint32_t word = __ballot_sync(kAllLanes, p.valid && x < width);
         if (lane == first + r0 + k) my_row_word = word;
-        if constexpr (!std::is_same_v<scalar_t, calc_t>) {
-          pending.store_if_needed(exact, !((word >> lane) & 1u));  // the row above's pixel
-          pending = {p.valid && x < width,
-                     hole_left_right_or_above(word, word_above, r0 + k == 0, lane, x, y, width),
-                     image + static_cast<int64_t>(y) * width + x, p.x, p.y};
-          word_above = word;
-        }
       }
-    }
-    if constexpr (!std::is_same_v<scalar_t, calc_t>) {
-      // the warp's last row: the row below is another warp's (or there is none)
-      const int last_y = min(y0 + rows_per_warp, height) - 1;
-      pending.store_if_needed(exact, last_y + 1 < height);
     }
     const bool my_row_is_here = lane >= first && lane < first + rows_per_warp;
     if (my_row_is_here && tile_y0 + lane < height) {
