@@ -93,6 +93,10 @@ def predict(model, image: np.ndarray):
     return get_box_tensor(out.bboxes).cpu(), out.scores.cpu(), out.labels.cpu()
 
 
+# two models on a GPU: their kernels sum in different orders (cuDNN picks per model)
+GPU_TOLERANCE = dict(box_atol=1e-3, score_atol=1e-5)
+
+
 def assert_same_detections(ours, theirs, box_atol=1e-4, score_atol=1e-6):
     """The same detections in any order (equal scores may come out in either order on another
     machine): every one of ours paired with a different one of theirs of the same label, its score
@@ -280,8 +284,7 @@ test_evaluator = dict(outfile_prefix={str(tmp_path / 'Task1')!r})
     with open(out, 'rb') as f:
         (result,) = pickle.load(f)
     found = result['pred_instances']
-    # on a GPU the two models' kernels sum in different orders (cuDNN picks per model)
-    tol = dict(box_atol=1e-3, score_atol=1e-5) if get_device() == 'cuda' else {}
+    tol = GPU_TOLERANCE if get_device() == 'cuda' else {}
     assert_same_detections((found['bboxes'], found['scores'], found['labels']), expected, **tol)
 
 
@@ -422,4 +425,4 @@ def test_same_detections_as_mmrotate_with_mmcv_kernel_on_gpu(mmrotate_checkpoint
     with full_fp32():
         ours_found = predict(ours.cuda().eval(), image)
         theirs_found = predict(theirs.cuda().eval(), image)
-    assert_same_detections(ours_found, theirs_found, box_atol=1e-3, score_atol=1e-5)
+    assert_same_detections(ours_found, theirs_found, **GPU_TOLERANCE)
