@@ -164,6 +164,22 @@ def test_matches_e2cnn(kind, settings, mode):
     assert any(changed) == updates
 
 
+@pytest.mark.parametrize("kind", ["regular", "mixed"])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_torch_norm_path_is_e2cnn_bit_for_bit(kind, mode, monkeypatch):
+    """The real rule on the CPU: the inner BatchNorm3d called on the same (B, fields, s, H, W)
+    views as e2cnn's forward, so outputs, gradients and running statistics are identical."""
+    monkeypatch.setattr(FieldBatchNorm, "uses_reductions", USES_REDUCTIONS)
+    torch.manual_seed(0)
+    ref, ours = make_pair(kind)
+    ref.train(mode == "train"), ours.train(mode == "train")
+    for step in range(2):
+        x = random_input(ours.in_type, batch=2 + step)
+        grad = torch.randn_like(x)
+        assert_all_close(run(ours, x, grad), run(ref, x, grad), rtol=0, atol=0)
+        assert_all_close(state(ours), state(ref), rtol=0, atol=0)
+
+
 def test_float32_matches_e2cnn_closely():
     torch.manual_seed(0)
     ref, ours = make_pair(dtype=torch.float32)
