@@ -12,7 +12,8 @@ FieldBatchNorm is an InnerBatchNorm: same constructor, submodules, parameters an
 BatchNorm3d `batch_norm_[s]` hold them and their settings: momentum, eps, track_running_stats,
 training), so checkpoints load either way, export() is e2cnn's, and code that looks for _BatchNorm
 (norm_eval, frozen stages, zero-init) finds and switches them as before. Inner modules that are
-not plain BatchNorm3d (e.g. after SyncBatchNorm conversion) run e2cnn's own forward.
+not plain BatchNorm3d (e.g. after SyncBatchNorm conversion) are called as e2cnn calls them, on the
+(B, fields, s, H, W) view.
 
 Low-precision inputs (fp16/bf16, e.g. under autocast): statistics and sums in float32, output and
 input gradient in the input's dtype, as torch's batch norm does.
@@ -202,7 +203,9 @@ class FieldBatchNorm(enn.InnerBatchNorm):
     batch statistics the reductions run where fields have at least MIN_FIELD_ELEMENTS elements
     each (batch x field size x H x W); on smaller maps (ReResNet-50 past its first stage at 1024^2,
     batch 2) cuDNN's single kernels beat the reductions' several launches
-    (benchmarks/bench_field_batch_norm.py). On the CPU torch's own batch norm is used.
+    (benchmarks/bench_field_batch_norm.py). On the CPU torch's own batch norm is used. Unlike
+    e2cnn's forward, which slices with the elements of a device buffer, no path reads a value back
+    from the device: on a GPU the host never waits here.
     """
 
     # below this, cuDNN's one-kernel batch-statistics norm beats the reductions' several launches
@@ -210,11 +213,13 @@ class FieldBatchNorm(enn.InnerBatchNorm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # channel selection per field size, as Python objects: no device read in forward
+        # the channels of each field size as a Python slice where they are contiguous (else
+        # e2cnn's index buffer is used): e2cnn's own forward slices with its buffer's elements,
+        # which reads them back from the GPU, 4 host synchronisations per call
         self._channels = {}
         for s, contiguous in self._contiguous.items():
             indices = getattr(self, f"indices_{s}").tolist()
-            self._channels[s] = slice(indices[0], indices[1]) if contiguous else indices
+            self._channels[s] = slice(indices[0], indices[1]) if contiguous else None
 
     def forward(self, input: enn.GeometricTensor) -> enn.GeometricTensor:
         if not isinstance(input, enn.GeometricTensor) or input.type != self.in_type:
@@ -223,19 +228,26 @@ class FieldBatchNorm(enn.InnerBatchNorm):
                             f"{self.in_type}; got {got}")
         norms = self._norms()
         x = input.tensor
-        if (any(type(bn) is not torch.nn.BatchNorm3d for bn in norms.values())
-                or not self.uses_reductions(x)):
-            return super().forward(input)
         b, c, h, w = x.shape
+        # (a norm replaced by another kind, e.g. SyncBatchNorm, is called as e2cnn calls it)
+        if (all(type(bn) is torch.nn.BatchNorm3d for bn in norms.values())
+                and self.uses_reductions(x)):
+            def normalise(part, s, bn):
+                return field_batch_norm(part.reshape(b, -1, s * h * w), bn)
+        else:  # e2cnn's computation: the norm over (B, fields, s, H, W)
+            def normalise(part, s, bn):
+                return bn(part.reshape(b, -1, s, h, w))
         if len(norms) == 1:  # one field size, e.g. regular fields: all channels at once
             (s, bn), = norms.items()
-            out = field_batch_norm(x.reshape(b, c // s, s * h * w), bn).view(b, c, h, w)
+            out = normalise(x, s, bn).view(b, c, h, w)
         else:
             out = torch.empty_like(x)
             for s, bn in norms.items():
-                part = x[:, self._channels[s]]
-                normed = field_batch_norm(part.reshape(b, -1, s * h * w), bn)
-                out[:, self._channels[s]] = normed.view(part.shape)
+                channels = self._channels[s]
+                if channels is None:
+                    channels = getattr(self, f"indices_{s}")
+                part = x[:, channels]
+                out[:, channels] = normalise(part, s, bn).view(part.shape)
         return enn.GeometricTensor(out, self.out_type)
 
     def uses_reductions(self, x: torch.Tensor) -> bool:

@@ -29,6 +29,27 @@ class _Shape:
         self.shape, self.is_cuda = shape, is_cuda
 
 
+@pytest.mark.parametrize("kind", ["regular", "mixed"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("rule", ["reductions", "real_rule"])
+def test_forward_reads_nothing_back_from_the_device(kind, training, rule, monkeypatch):
+    """e2cnn's InnerBatchNorm slices contiguous fields with the elements of its index buffer, a read
+    back from the device (on a GPU a synchronisation) per slice; ours reads nothing back. On the
+    meta device any such read raises."""
+    if rule == "real_rule":  # not CUDA: torch's batch norm per field size
+        monkeypatch.setattr(FieldBatchNorm, "uses_reductions", USES_REDUCTIONS)
+    _, ours = make_pair(kind, dtype=torch.float32)
+    ours.to("meta").train(training)
+    x = torch.empty(2, ours.in_type.size, 5, 7, device="meta", requires_grad=True)
+    y = ours(enn.GeometricTensor(x, ours.in_type)).tensor
+    y.sum().backward()
+    assert y.shape == x.shape and x.grad.shape == x.shape
+    if kind == "regular":  # contiguous fields: e2cnn's own forward does read back
+        ref = enn.InnerBatchNorm(ours.in_type).to("meta").train(training)
+        with pytest.raises(RuntimeError, match="item"):
+            ref(enn.GeometricTensor(x, ref.in_type))
+
+
 def test_dispatch_rule():
     module = FieldBatchNorm(regular_type(256))  # 32 fields of 8 channels
     assert FieldBatchNorm.MIN_FIELD_ELEMENTS == 2**20
@@ -143,6 +164,22 @@ def test_matches_e2cnn(kind, settings, mode):
     assert any(changed) == updates
 
 
+@pytest.mark.parametrize("kind", ["regular", "mixed"])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_torch_norm_path_is_e2cnn_bit_for_bit(kind, mode, monkeypatch):
+    """The real rule on the CPU: the inner BatchNorm3d called on the same (B, fields, s, H, W)
+    views as e2cnn's forward, so outputs, gradients and running statistics are identical."""
+    monkeypatch.setattr(FieldBatchNorm, "uses_reductions", USES_REDUCTIONS)
+    torch.manual_seed(0)
+    ref, ours = make_pair(kind)
+    ref.train(mode == "train"), ours.train(mode == "train")
+    for step in range(2):
+        x = random_input(ours.in_type, batch=2 + step)
+        grad = torch.randn_like(x)
+        assert_all_close(run(ours, x, grad), run(ref, x, grad), rtol=0, atol=0)
+        assert_all_close(state(ours), state(ref), rtol=0, atol=0)
+
+
 def test_float32_matches_e2cnn_closely():
     torch.manual_seed(0)
     ref, ours = make_pair(dtype=torch.float32)
@@ -241,7 +278,7 @@ def test_is_an_inner_batch_norm_and_exports_like_it():
     torch.testing.assert_close(plain(x), expected, rtol=1e-6, atol=1e-6)
 
 
-def test_other_inner_norms_run_e2cnn_forward():
+def test_other_inner_norms_are_called_as_e2cnn_calls_them():
     """e.g. after SyncBatchNorm conversion the inner module must run itself (it syncs statistics)."""
     calls = []
 

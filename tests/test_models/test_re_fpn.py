@@ -27,6 +27,19 @@ def test_five_levels_with_max_pool_level():
     assert torch.equal(outs[4], torch.nn.functional.max_pool2d(outs[3], 1, stride=2))
 
 
+@pytest.mark.parametrize("extra", [False, "on_input"])
+def test_training_step_reads_nothing_back_from_the_device(extra):
+    """On the meta device any read of a value back to the host raises: on a GPU the neck's
+    training forward and backward never wait for the device."""
+    neck = ReFPN(TINY_IN, 32, num_outs=5, add_extra_convs=extra).to("meta").train()
+    inputs = [x.to("meta").requires_grad_() for x in pyramid(TINY_IN, 128)]
+    outs = neck(inputs)
+    sum(o.sum() for o in outs).backward()
+    assert [tuple(o.shape) for o in outs] == [(2, 32, 32, 32), (2, 32, 16, 16), (2, 32, 8, 8),
+                                              (2, 32, 4, 4), (2, 32, 2, 2)]
+    assert all(x.grad is not None for x in inputs)
+
+
 def test_full_width_config_builds_from_registry():
     neck = MODELS.build(dict(type="RedetReFPN", in_channels=[256, 512, 1024, 2048], out_channels=256,
                              num_outs=5)).eval()

@@ -52,6 +52,16 @@ def test_tiny_shapes_and_channels(tiny):
     assert all(type(o) is torch.Tensor for o in outs)
 
 
+def test_training_step_reads_nothing_back_from_the_device():
+    """A training forward and backward never reads a value back to the host (on a GPU: never
+    waits for the device). On the meta device any such read raises."""
+    model = ReResNet(**TINY).to("meta").train()
+    outs = model(torch.empty(2, 3, 64, 48, device="meta"))
+    sum(o.sum() for o in outs).backward()
+    assert [tuple(o.shape) for o in outs] == [(2, 16, 16, 12), (2, 32, 8, 6), (2, 64, 4, 3), (2, 128, 2, 2)]
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
 def test_resnet50_full_width_shapes():
     model = MODELS.build(dict(type="RedetReResNet", depth=50, out_indices=(0, 1, 2, 3)))
     assert model.out_channels == [256, 512, 1024, 2048]
