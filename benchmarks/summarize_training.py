@@ -1,5 +1,5 @@
-"""Summarise one training run from mmengine's vis_data/scalars.json: median iteration time,
-images/s, peak memory, first/last loss. Used by benchmarks/bench_detector_vs_mmrotate.py.
+"""Summarise one training run from mmengine's vis_data/scalars.json: median iteration and
+data-wait time, images/s, peak memory, first/last loss. Used by benchmarks/bench_detector_vs_mmrotate.py.
 
     python -m benchmarks.summarize_training WORK_DIR --batch-size 2 [--skip 20] --out run.json
     (repo root; or with the repo root on PYTHONPATH)
@@ -21,6 +21,8 @@ def summarize(work_dir: str, batch_size: int, skip: int) -> dict:
         'iterations': max(r['step'] for r in train),
         'median_iter_time_s': time_s,
         'images_per_s': batch_size / time_s,
+        # the part of each iteration spent waiting for the data loader
+        'median_data_time_s': statistics.median(r.get('data_time', float('nan')) for r in steady),
         'peak_memory_mb': max(r.get('memory', 0) for r in train),
         'loss_first_logged': train[0]['loss'],
         'loss_last_logged': train[-1]['loss'],
