@@ -276,14 +276,22 @@ void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool f
   // Few tiles (448 at (4, 2, 256, 448)): four warps share each, so that the multiprocessors have
   // enough loads in flight; two warps per block, or most multiprocessors would idle.
   const int warps_per_tile = tiles < 8 * multiprocessor_count() ? 4 : 1;
+  // fp16/bf16 and fixed-point outputs: the non-holes' unrounded values, for the fill
+  using calc_t = typename Slots::calc_type;
+  at::Tensor exact;
+  if constexpr (!std::is_same_v<scalar_t, calc_t>) {
+    exact = at::empty({io.batch * io.height * io.width, 2},
+                      io.output.options().dtype(c10::CppTypeToScalarType<calc_t>::value));
+  }
+  calc_t* exact_data = exact.defined() ? exact.data_ptr<calc_t>() : nullptr;
   constexpr int kMarkThreads = 2 * kWarp;
   const int mark_blocks = blocks_for(tiles * warps_per_tile * kWarp, kMarkThreads);
   mark_tiles_kernel<scalar_t, count_t><<<mark_blocks, kMarkThreads, 0, stream>>>(
-      slots, io.batch, io.height, io.width, warps_per_tile, out, count, masks);
+      slots, io.batch, io.height, io.width, warps_per_tile, out, count, masks, exact_data);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   const int64_t chunk_items = io.batch * io.height * chunks_of(io.width);  // a warp each
   fill_holes_kernel<scalar_t, count_t><<<blocks_for(chunk_items * kWarp), kThreads, 0, stream>>>(
-      slots, masks, io.batch, io.height, io.width, out, count);
+      slots, masks, io.batch, io.height, io.width, out, count, exact_data);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -20,10 +20,8 @@
 //      through the summaries, which skip 1024 pixels per load (a half-empty 4K image has runs of
 //      ~2000 holes) - then reads the four values together and writes the mean.
 // Non-holes cost one read of the accumulators and one write of output and count (as in plain
-// normalisation) plus a few bits; the rest scales with the holes. A hole is filled from its
-// neighbours' unrounded values: for fp16/bf16 (and fixed-point) outputs the fill recomputes them
-// from the accumulators (neighbour_value) rather than have every non-hole store a full-precision
-// copy, which made fp16 slower than fp32 at 4K.
+// normalisation) plus a few bits, and for fp16/bf16 output a full-precision copy that the fill
+// reads (neighbour_value); the rest scales with the holes.
 #pragma once
 #include <stdint.h>
 
@@ -71,6 +69,25 @@ struct HoleMasks {
 
 // ---- 1. normalise and mark --------------------------------------------------------------------
 
+// Full-precision projected values of the non-holes, (x, y) of pixel i side by side (fp16/bf16
+// and fixed-point outputs only: neighbour_value).
+__device__ __forceinline__ void store_exact(float* exact, int64_t i, float x, float y) {
+  reinterpret_cast<float2*>(exact)[i] = make_float2(x, y);
+}
+__device__ __forceinline__ void store_exact(double* exact, int64_t i, double x, double y) {
+  reinterpret_cast<double2*>(exact)[i] = make_double2(x, y);
+}
+template <typename calc_t>
+__device__ __forceinline__ NeighbourValue<calc_t> load_exact(const calc_t* exact, int64_t i) {
+  if constexpr (std::is_same_v<calc_t, float>) {
+    const float2 v = reinterpret_cast<const float2*>(exact)[i];
+    return {true, v.x, v.y};
+  } else {
+    const double2 v = reinterpret_cast<const double2*>(exact)[i];
+    return {true, v.x, v.y};
+  }
+}
+
 constexpr int kMarkRowsPerStep = 8;  // rows whose loads a warp has in flight together
 
 // A 32x32 bit matrix, lane r holding row r (bit c: column c), transposed: lane c gets column c
@@ -90,7 +107,8 @@ __device__ __forceinline__ uint32_t transpose_bits(uint32_t x, int lane) {
 template <typename scalar_t, typename count_t, typename Slots>
 __global__ void mark_tiles_kernel(Slots slots_arg, int64_t batch, int height, int width,
                                   int warps_per_tile, scalar_t* __restrict__ out,
-                                  count_t* __restrict__ count, HoleMasks masks) {
+                                  count_t* __restrict__ count, HoleMasks masks,
+                                  typename Slots::calc_type* __restrict__ exact) {
   using calc_t = typename Slots::calc_type;
   const Slots slots = slots_arg.bind();
   const int lane = threadIdx.x % kWarp;
@@ -145,6 +163,9 @@ __global__ void mark_tiles_kernel(Slots slots_arg, int64_t batch, int height, in
           out[i + b * plane] = static_cast<scalar_t>(p.x);  // (b, 0, y, x) of the output
           out[i + b * plane + plane] = static_cast<scalar_t>(p.y);
           count[i] = p.count;
+          if constexpr (!std::is_same_v<scalar_t, calc_t>) {
+            if (p.valid) store_exact(exact, i, p.x, p.y);
+          }
         }
         const uint32_t word = __ballot_sync(kAllLanes, p.valid && x < width);
         if (lane == first + r0 + k) my_row_word = word;
@@ -213,35 +234,32 @@ __device__ __forceinline__ int nearest_bit_after(const BitLine& line, uint32_t f
 }
 
 // The value of the non-hole (x, y) of the image whose output starts at out_x, pixels at `image`
-// (x < 0: none in that direction): sum / count as mark_tiles_kernel computed it. When the output
-// type is the one the fill computes in, that is the output itself; otherwise (fp16/bf16, or fixed
-// point) it is recomputed from the accumulators in the same order (pixel_sums), so that a hole is
-// filled from unrounded values.
-template <typename count_t, typename calc_t, typename scalar_t, typename Slots>
+// (x < 0: none in that direction): sum_x / count as mark_tiles_kernel computed it. When the
+// output type is the one the fill computes in, that is the output itself; otherwise (fp16/bf16,
+// or fixed point) the full-precision copy mark_tiles_kernel kept in `exact`, so that a hole is
+// filled from unrounded values at the cost of one 2-value load per neighbour.
+template <typename calc_t, typename scalar_t>
 __device__ __forceinline__ NeighbourValue<calc_t> neighbour_value(const scalar_t* out_x,
-                                                                  const Slots& slots,
+                                                                  const calc_t* exact,
                                                                   int64_t plane, int64_t image,
-                                                                  int x, int y, int width,
-                                                                  int height) {
+                                                                  int x, int y, int width) {
   if (x < 0) return {false, calc_t(0), calc_t(0)};
+  const int64_t j = static_cast<int64_t>(y) * width + x;
   if constexpr (std::is_same_v<scalar_t, calc_t>) {
-    const int64_t j = static_cast<int64_t>(y) * width + x;
     return {true, out_x[j], out_x[j + plane]};
   } else {
-    const Sums<calc_t> s = pixel_sums<calc_t>(slots, image, x, y, width, height);
-    const auto p = project_slot<count_t>(s.x, s.y, s.c);
-    return {true, p.x, p.y};
+    return load_exact(exact, image + j);
   }
 }
 
 // Warp = one 32-pixel chunk of a row, lane = pixel; grid-stride over batch·height·chunks. Only
 // holes do any work past reading the chunk's row word.
 template <typename scalar_t, typename count_t, typename Slots>
-__global__ void fill_holes_kernel(Slots slots_arg, HoleMasks masks, int64_t batch, int height,
+__global__ void fill_holes_kernel(Slots /*only its calc_type*/, HoleMasks masks, int64_t batch, int height,
                                   int width, scalar_t* __restrict__ out,
-                                  count_t* __restrict__ count) {
+                                  count_t* __restrict__ count,
+                                  const typename Slots::calc_type* __restrict__ exact) {
   using calc_t = typename Slots::calc_type;
-  const Slots slots = slots_arg.bind();
   const int lane = threadIdx.x % kWarp;
   const int chunks = chunks_of(width), row_chunks = chunks_of(height);
   const int64_t total = batch * height * chunks;
@@ -267,7 +285,7 @@ __global__ void fill_holes_kernel(Slots slots_arg, HoleMasks masks, int64_t batc
     const int64_t image = b * plane;
     scalar_t* out_x = out + 2 * image;  // (b, 0, 0, 0) of the output
     const auto value_at = [&](int xn, int yn) {
-      return neighbour_value<count_t, calc_t>(out_x, slots, plane, image, xn, yn, width, height);
+      return neighbour_value<calc_t>(out_x, exact, plane, image, xn, yn, width);
     };
     const auto left_value = value_at(left, left >= 0 ? y : -1);
     const auto right_value = value_at(right, right >= 0 ? y : -1);
