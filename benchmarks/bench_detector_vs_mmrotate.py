@@ -8,6 +8,7 @@ from scratch, then a test on the val split, each through its project's own tools
   mmrotate_ops  mmrotate's config with our RoI ops, through mmrotate's tools
                 (configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py)
   ours_dist2    tools/dist_train.sh on 2 GPUs (batch 2 per GPU), skipped with fewer GPUs
+  ours_graphs   ours with model.cuda_graph_features=True (backbone + neck as CUDA graphs)
 Every run gets the same overrides (bench_configs() writes them): data, an iteration-based
 schedule with the same warm-up, no validation during training, the backbone trained from random
 weights with no frozen stage, logging every --log-interval iterations averaged over that window,
@@ -39,7 +40,7 @@ import time
 from benchmarks.summarize_training import summarize
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-RUNS = ('mmrotate', 'ours', 'ours_amp', 'mmrotate_ops', 'ours_dist2')
+RUNS = ('mmrotate', 'ours', 'ours_amp', 'mmrotate_ops', 'ours_dist2', 'ours_graphs')
 MIN_RUN_S = 60  # a run is not started with less of the budget left
 MMROTATE_BASE = 'mmrotate::redet/redet-le90_re50_refpn_1x_dota.py'
 OPS_CONFIG = osp.join(REPO, 'configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py')
@@ -229,8 +230,12 @@ def commands(run, config, work_dir, test_dir, iters):
     else:
         train = [sys.executable, osp.join(REPO, 'tools/train.py'), config]
     train += ['--work-dir', work_dir] + (['--amp'] if run == 'ours_amp' else [])
-    return train, [sys.executable, osp.join(REPO, 'tools/test.py'), config, checkpoint,
-                   '--work-dir', test_dir], {}
+    test = [sys.executable, osp.join(REPO, 'tools/test.py'), config, checkpoint, '--work-dir',
+            test_dir]
+    if run == 'ours_graphs':
+        train += ['--cfg-options', 'model.cuda_graph_features=True']
+        test += ['--cfg-options', 'model.cuda_graph_features=True']
+    return train, test, {}
 
 
 def subprocess_env(extra=None):
@@ -337,6 +342,9 @@ def comparison(runs, args):
         test_memory_ours_over_mmrotate=ratio(test_memory('ours'), test_memory('mmrotate')),
         amp_speedup=ratio(step('ours'), step('ours_amp')),
         dist2_scaling=ratio(rate('ours_dist2'), rate('ours')),
+        train_speedup_graphs=ratio(step('mmrotate'), step('ours_graphs')),
+        test_speedup_graphs=ratio(image('mmrotate'), image('ours_graphs')),
+        train_memory_graphs_over_mmrotate=ratio(memory('ours_graphs'), memory('mmrotate')),
     )
     map_ok = args.iters >= args.min_iters_for_map
     has_maps = map_ok and None not in (map50('ours'), map50('ours_amp'))
