@@ -9,6 +9,9 @@ from scratch, then a test on the val split, each through its project's own tools
                 (configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py)
   ours_dist2    tools/dist_train.sh on 2 GPUs (batch 2 per GPU), skipped with fewer GPUs
   ours_graphs   ours with model.cuda_graph_features=True (backbone + neck as CUDA graphs)
+Diagnostics, only with --runs: ours_profile and ours_amp_profile train as ours and ours_amp with
+mmengine's ProfilerHook on the last iterations, untimed and untested; their JSON holds the
+profiler's table (ops by self CPU time, CUDA time beside).
 Every run gets the same overrides (bench_configs() writes them): data, an iteration-based
 schedule with the same warm-up, no validation during training, the backbone trained from random
 weights with no frozen stage, logging every --log-interval iterations averaged over that window,
@@ -41,6 +44,9 @@ from benchmarks.summarize_training import summarize
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 RUNS = ('mmrotate', 'ours', 'ours_amp', 'mmrotate_ops', 'ours_dist2', 'ours_graphs')
+# diagnostics, run only when named: where a training iteration's host time goes
+PROFILE_RUNS = ('ours_profile', 'ours_amp_profile')
+PROFILED_ITERS = 3  # the last iterations of a profile run, under torch.profiler
 MIN_RUN_S = 60  # a run is not started with less of the budget left
 MMROTATE_BASE = 'mmrotate::redet/redet-le90_re50_refpn_1x_dota.py'
 OPS_CONFIG = osp.join(REPO, 'configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py')
@@ -67,7 +73,7 @@ def parse_args(argv=None):
     p.add_argument('--skip', type=int, default=20, help='warm-up iterations left out of s/iter')
     p.add_argument('--lr-warmup', type=int, default=50, help='linear lr warm-up iterations')
     p.add_argument('--workers', type=int, default=4, help='data loader workers per process')
-    p.add_argument('--runs', nargs='+', default=list(RUNS), choices=RUNS)
+    p.add_argument('--runs', nargs='+', default=list(RUNS), choices=RUNS + PROFILE_RUNS)
     p.add_argument('--ours-config', default=OURS_CONFIG)
     p.add_argument('--min-iters-for-map', type=int, default=400,
                    help='below this, mAP goals are reported as null (too little training)')
@@ -128,6 +134,16 @@ def bench_configs(args, config_dir):
             with open(path, 'a') as f:
                 f.write(resized_pipelines(path, args.resize))
         paths[name] = path
+    paths['ours_profile'] = osp.join(config_dir, 'ours_profile.py')
+    wait = max(args.iters - PROFILED_ITERS - 2, 0)
+    with open(paths['ours_profile'], 'w') as f:
+        f.write(f"""_base_ = {paths['ours']!r}
+custom_hooks = [dict(type='ProfilerHook', by_epoch=False, profile_times={args.iters},
+                     activity_with_cpu=True, activity_with_cuda=True,
+                     schedule=dict(wait={wait}, warmup=2, active={PROFILED_ITERS}),
+                     on_trace_ready=dict(type='log_trace', sort_by='self_cpu_time_total',
+                                         row_limit=50))]
+""")
     return paths
 
 
@@ -229,7 +245,7 @@ def commands(run, config, work_dir, test_dir, iters):
         train = ['bash', osp.join(REPO, 'tools/dist_train.sh'), config, '2']
     else:
         train = [sys.executable, osp.join(REPO, 'tools/train.py'), config]
-    train += ['--work-dir', work_dir] + (['--amp'] if run == 'ours_amp' else [])
+    train += ['--work-dir', work_dir] + (['--amp'] if run.startswith('ours_amp') else [])
     test = [sys.executable, osp.join(REPO, 'tools/test.py'), config, checkpoint, '--work-dir',
             test_dir]
     if run == 'ours_graphs':
@@ -270,6 +286,17 @@ def test_summary(test_dir):
                 mAP50=metrics.get('dota/mAP'), metrics=metrics)
 
 
+def profiler_table(log_path):
+    """The lines of the last table torch.profiler printed into a training log."""
+    lines = open(log_path, errors='replace').read().splitlines()
+    ends = [i for i, line in enumerate(lines) if line.startswith('Self CPU time total')]
+    if not ends:
+        return None
+    end = ends[-1]
+    header = max(i for i in range(end) if 'Self CPU %' in lines[i])
+    return lines[header - 1:end + 2]  # (from the rule above the header; CUDA total after CPU)
+
+
 def train_summary(work_dir, images_per_iter, skip):
     result = summarize(work_dir, images_per_iter, skip)
     result.pop('val', None)
@@ -299,6 +326,8 @@ def bench_run(run, args, config, gpus, deadline):
                                             subprocess_env())
     if rc != 0:
         return dict(result, error=f'training rc={rc}', log_tail=tail(train_log))
+    if run in PROFILE_RUNS:
+        return dict(result, profile_table=profiler_table(train_log))
     images_per_iter = 2 * (2 if run == 'ours_dist2' else 1)
     result['train'] = train_summary(work_dir, images_per_iter, args.skip)
     test_log = osp.join(args.log_dir, f'test_{run}.log')
@@ -415,7 +444,8 @@ def main(argv=None):
         if left is not None and left < MIN_RUN_S:
             result['runs'][run] = dict(skipped=f'budget: {left:.0f} s left of --budget-s')
         else:
-            config = configs[run if run.startswith('mmrotate') else 'ours']
+            config = configs[run if run.startswith('mmrotate') else
+                             'ours_profile' if run in PROFILE_RUNS else 'ours']
             result['runs'][run] = bench_run(run, args, config, gpus, deadline)
         outcome = result['runs'][run]
         if 'error' in outcome:
