@@ -256,3 +256,13 @@ def test_downsample_replacement_must_keep_field_types():
     downsample.add_module("1", FieldBatchNorm(same))  # (a new norm of the same fields: fine)
     with pytest.raises(ValueError, match="module '0' can only be replaced by one with the same field types"):
         downsample.add_module("0", r2conv(same, same, 1))
+
+
+def test_convert_sync_batchnorm_reaches_the_downsample_norms():
+    """mmengine's sync_bn='torch' converts with torch's convert_sync_batchnorm, which also re-adds
+    every child by name (e2cnn's SequentialModule raised a bare AssertionError)."""
+    model = ReResNet(**TINY)
+    norms = [name for name, m in model.named_modules() if type(m) is torch.nn.BatchNorm3d]
+    converted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    synced = [name for name, m in converted.named_modules() if isinstance(m, torch.nn.SyncBatchNorm)]
+    assert synced == norms and any(".downsample." in name for name in synced)
