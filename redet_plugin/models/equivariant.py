@@ -50,6 +50,23 @@ def trivial_type(channels: int, num_orientations: int = NUM_ORIENTATIONS) -> enn
     return enn.FieldType(gspace, [gspace.trivial_repr] * channels)
 
 
+class FieldSequential(enn.SequentialModule):
+    """e2cnn's SequentialModule whose modules can also be replaced by name, as tools that rebuild
+    a model child by child do (mmengine's revert_sync_batchnorm, run by every Runner): e2cnn's
+    add_module only appends, so re-adding a child failed its type check and mmengine warned
+    "Failed to convert ... from SyncBN to BN!" for each of these modules."""
+
+    def add_module(self, name: str, module: nn.Module) -> None:
+        if name not in self._modules:
+            return super().add_module(name, module)
+        old = self._modules[name]
+        if (module.in_type, module.out_type) != (old.in_type, old.out_type):
+            raise ValueError(f"{type(self).__name__}: module {name!r} can only be replaced by one "
+                             f"with the same field types ({old.in_type} -> {old.out_type}); got "
+                             f"{module.in_type} -> {module.out_type}")
+        nn.Module.add_module(self, name, module)
+
+
 def r2conv(in_type: enn.FieldType, out_type: enn.FieldType, kernel_size: int, stride: int = 1,
            padding: int = 0, bias: bool = False) -> enn.R2Conv:
     """An equivariant conv, initialised like e2cnn's generalised He init, but fast (see he_init_)."""

@@ -9,6 +9,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.models.backbones import ReResNet
+from redet_plugin.models.field_batch_norm import FieldBatchNorm
 from redet_plugin.models.equivariant import (convert_to_plain, he_init_, r2conv, regular_type,
                                              trivial_type)
 from tests._helpers import full_fp32
@@ -230,3 +231,38 @@ def test_cuda_export_stays_on_the_device_and_matches():
     for a, b, r in zip(after, before, rotated):
         assert a.is_cuda and rel_err(a, b) < 1e-5
         assert rel_err(r, cycle_orientations(torch.rot90(b, 1, (2, 3)), 2)) < 1e-4
+
+
+def test_mmengine_revert_sync_batchnorm_keeps_every_module_quietly(monkeypatch):
+    """The Runner calls revert_sync_batchnorm on every model; it re-adds each child by name, which
+    e2cnn's SequentialModule (the downsample paths) refused with a warning per module."""
+    import mmengine.model.utils as mm_utils
+    warnings = []
+    monkeypatch.setattr(mm_utils, "print_log", lambda msg, *a, **k: warnings.append(msg))
+    model = ReResNet(**TINY).eval()
+    x = torch.randn(1, 3, 33, 33)
+    before = model(x)
+    reverted = mm_utils.revert_sync_batchnorm(model)
+    assert warnings == []
+    assert [name for name, _ in reverted.named_modules()] == [name for name, _ in model.named_modules()]
+    for a, b in zip(reverted(x), before):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_downsample_replacement_must_keep_field_types():
+    model = ReResNet(**TINY)
+    downsample = model.layer2[0].downsample
+    same = regular_type(downsample.get_submodule("0").out_type.size)
+    downsample.add_module("1", FieldBatchNorm(same))  # (a new norm of the same fields: fine)
+    with pytest.raises(ValueError, match="module '0' can only be replaced by one with the same field types"):
+        downsample.add_module("0", r2conv(same, same, 1))
+
+
+def test_convert_sync_batchnorm_reaches_the_downsample_norms():
+    """mmengine's sync_bn='torch' converts with torch's convert_sync_batchnorm, which also re-adds
+    every child by name (e2cnn's SequentialModule raised a bare AssertionError)."""
+    model = ReResNet(**TINY)
+    norms = [name for name, m in model.named_modules() if type(m) is torch.nn.BatchNorm3d]
+    converted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    synced = [name for name, m in converted.named_modules() if isinstance(m, torch.nn.SyncBatchNorm)]
+    assert synced == norms and any(".downsample." in name for name in synced)

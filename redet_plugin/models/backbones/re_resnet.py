@@ -14,8 +14,8 @@ from mmdet.registry import MODELS
 
 from redet_plugin.utils.registration import register
 
-from ..equivariant import (NUM_ORIENTATIONS, EquivariantNetwork, r2conv, regular_type,
-                           to_plain, trivial_type)
+from ..equivariant import (NUM_ORIENTATIONS, EquivariantNetwork, FieldSequential, r2conv,
+                           regular_type, to_plain, trivial_type)
 from ..field_batch_norm import FieldBatchNorm
 
 
@@ -176,7 +176,7 @@ class ReResNet(EquivariantNetwork, BaseModule):
         out_channels = planes * block.expansion
         if stride != 1 or in_channels != out_channels:
             out_type = regular_type(out_channels, self.num_orientations, "channels")
-            downsample = enn.SequentialModule(
+            downsample = FieldSequential(
                 r2conv(regular_type(in_channels, self.num_orientations, "channels"), out_type, 1,
                        stride=stride),
                 FieldBatchNorm(out_type))
