@@ -16,6 +16,12 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 TOL = dict(rtol=1e-4, atol=1e-5)
 
 
+@pytest.fixture(autouse=True)
+def no_tf32():
+    with full_fp32():  # (graph and eager may get different cuDNN algorithms: compare in fp32)
+        yield
+
+
 def build(graphs=False, device="cpu"):
     torch.manual_seed(0)
     model = MODELS.build(dict(tiny_model_cfg(), cuda_graph_features=graphs))
@@ -74,45 +80,43 @@ def test_cpu_input_runs_eagerly():
 
 @CUDA
 def test_training_steps_match_eager():
-    with full_fp32():
-        eager, graphed = build(device="cuda"), build(True, device="cuda")
-        optimizers = [torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for m in (eager, graphed)]
-        for step in range(3):
-            x = torch.randn(2, 3, 64, 64, device="cuda", generator=None)
-            grads = []
-            for model, optimizer in zip((eager, graphed), optimizers):
-                model.train()
-                optimizer.zero_grad()
-                out = features(model, x)
-                total(out).backward()
-                grads.append([p.grad for p in model.backbone.parameters()])
-                optimizer.step()
-            for a, b in zip(*grads):
-                torch.testing.assert_close(a, b, **TOL)
-        assert len(graphed.feature_graphs) == 1
-        assert_same_state(eager, graphed)  # weights, running statistics, batches tracked
+    eager, graphed = build(device="cuda"), build(True, device="cuda")
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for m in (eager, graphed)]
+    for step in range(3):
+        x = torch.randn(2, 3, 64, 64, device="cuda")
+        grads = []
+        for model, optimizer in zip((eager, graphed), optimizers):
+            model.train()
+            optimizer.zero_grad()
+            out = features(model, x)
+            total(out).backward()
+            grads.append([p.grad for p in model.backbone.parameters()])
+            optimizer.step()
+        for a, b in zip(*grads):
+            torch.testing.assert_close(a, b, **TOL)
+    assert len(graphed.feature_graphs) == 1
+    assert_same_state(eager, graphed)  # weights, running statistics, batches tracked
 
 
 @CUDA
 def test_detector_loss_and_predict_match_eager():
-    with full_fp32():
-        results = []
-        for graphs in (False, True):
-            model = build(graphs, device="cuda")
-            model.train()
-            x = torch.randn(2, 3, 128, 128, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
-            samples = [s.to("cuda") for s in make_samples()]
-            torch.manual_seed(3)  # (the samplers draw)
-            losses = model.loss(x, samples)
-            loss = sum(v.sum() if isinstance(v, torch.Tensor) else sum(v)
-                       for k, v in losses.items() if "loss" in k)
-            loss.backward()
-            model.eval()
-            with torch.no_grad():
-                pred = model.predict(x, samples)[0].pred_instances
-            results.append((loss.detach(), model.backbone.conv1.weights.grad, pred.bboxes, pred.scores))
-        for a, b in zip(*results):
-            torch.testing.assert_close(a, b, **TOL)
+    results = []
+    for graphs in (False, True):
+        model = build(graphs, device="cuda")
+        model.train()
+        x = torch.randn(2, 3, 128, 128, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+        samples = [s.to("cuda") for s in make_samples()]
+        torch.manual_seed(3)  # (the samplers draw)
+        losses = model.loss(x, samples)
+        loss = sum(v.sum() if isinstance(v, torch.Tensor) else sum(v)
+                   for k, v in losses.items() if "loss" in k)
+        loss.backward()
+        model.eval()
+        with torch.no_grad():
+            pred = model.predict(x, samples)[0].pred_instances
+        results.append((loss.detach(), model.backbone.conv1.weights.grad, pred.bboxes, pred.scores))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, **TOL)
 
 
 @CUDA
@@ -121,10 +125,10 @@ def test_eval_forward_match_and_new_shapes():
     model.eval()
     eager.eval()
     with torch.no_grad():
-        for size in (64, 96, 64, 128):  # the third shape is past max_graphs: eager
+        for size in (64, 96, 64, 128):  # (128, a third shape, is past max_graphs: eager)
             x = torch.randn(1, 3, size, size, device="cuda")
             for a, b in zip(features(model, x), features(eager, x)):
-                torch.testing.assert_close(a, b, rtol=0, atol=0)
+                torch.testing.assert_close(a, b, **TOL)
     assert len(model.feature_graphs) == 2
 
 
@@ -138,7 +142,7 @@ def test_replaced_tensors_are_recaptured():
         model.double()  # new parameter storage: the old graph would read freed memory
         eager.double().eval()
         for a, b in zip(features(model, x.double()), features(eager, x.double())):
-            torch.testing.assert_close(a, b, rtol=0, atol=0)
+            torch.testing.assert_close(a, b, **TOL)
         with torch.no_grad():  # new weights loaded in place: the same graph reads them
             for p in model.parameters():
                 p.mul_(0.5)
@@ -147,22 +151,21 @@ def test_replaced_tensors_are_recaptured():
         model.train().eval()
         eager.train().eval()  # (the eval filter caches are rebuilt: new buffers, a new capture)
         for a, b in zip(features(model, x.double()), features(eager, x.double())):
-            torch.testing.assert_close(a, b, rtol=0, atol=0)
+            torch.testing.assert_close(a, b, **TOL)
 
 
 @CUDA
 def test_two_forwards_before_one_backward():
-    with full_fp32():
-        model, eager = build(True, device="cuda"), build(device="cuda")
-        grads = []
-        for m in (model, eager):
-            m.train()
-            x1 = torch.randn(2, 3, 64, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
-            x2 = torch.randn(2, 3, 64, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(2))
-            (total(features(m, x1)) + 2 * total(features(m, x2))).backward()
-            grads.append([p.grad for p in m.backbone.parameters()])
-        for a, b in zip(*grads):
-            torch.testing.assert_close(a, b, **TOL)
+    model, eager = build(True, device="cuda"), build(device="cuda")
+    grads = []
+    for m in (model, eager):
+        m.train()
+        x1 = torch.randn(2, 3, 64, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+        x2 = torch.randn(2, 3, 64, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(2))
+        (total(features(m, x1)) + 2 * total(features(m, x2))).backward()
+        grads.append([p.grad for p in m.backbone.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, **TOL)
 
 
 @CUDA

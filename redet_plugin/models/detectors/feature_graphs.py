@@ -2,19 +2,19 @@
 
 A training step of the equivariant backbone is bound by the host, not the GPU: e2cnn's filter
 expansion, the field norms and the convs are hundreds of small launches from Python, forward and
-backward. Captured once as CUDA graphs (with grad a forward graph and a backward graph of the
-trainable parameters' gradients, as torch.cuda.make_graphed_callables makes them, but returning
-copies of the gradients; without grad a forward graph), a step replays them with one launch
-each way. The graphs run the same
-kernels as the eager modules, so results are those of eager execution.
+backward. Captured once as CUDA graphs, a step replays them with one launch each way: with grad
+a forward graph and a backward graph of the trainable parameters' gradients (as
+torch.cuda.make_graphed_callables makes them, but returning copies of the gradients), without
+grad a forward graph. The graphs run the eager modules' kernels, so the results are theirs.
 
-One graph (or forward/backward pair) per input shape, dtype, autocast dtype, grad mode and module
-state (train/eval of every submodule, requires_grad of every parameter), up to `max_graphs`; past
-that, and wherever a graph cannot serve, the eager modules run: input not on CUDA or requiring
-grad, a capture or torch.compile in progress, SyncBatchNorm inside, (with grad) no trainable parameter, or a second
-forward while the backward of the graph's last replay is still to come. A graph reads
-the parameters and buffers in place; when one of them is replaced (`.half()`, `.to()`, a new
-eval-mode filter cache after `train()`), its graph is captured again.
+One graph (or forward/backward pair) per input shape and dtype, autocast dtype, grad and
+inference mode and module state (train/eval of every submodule, requires_grad of every
+parameter), up to `max_graphs`. Past that, and wherever a graph cannot serve, the eager modules
+run: input not on CUDA or requiring grad, a capture or torch.compile in progress, SyncBatchNorm
+inside, (with grad) no trainable parameter, or a second forward while the backward of the
+graph's last replay is still to come. A graph reads the parameters and buffers in place; when
+one of them is replaced (`.half()`, `.to()`, a new eval-mode filter cache after `train()`), its
+graph is captured again.
 
 A capture runs the modules a few times on the batch it is given (warm-up); the buffers those runs
 change (batch-norm running statistics, batches tracked) are put back, so the first replay updates
@@ -195,7 +195,8 @@ class FeatureGraphs:
         if _has_collectives(net):
             return None
         amp_dtype = _autocast_dtype()
-        key = (tuple(x.shape), x.dtype, x.device, with_grad, amp_dtype, _state_key(net))
+        key = (tuple(x.shape), x.dtype, x.device, with_grad, torch.is_inference_mode_enabled(),
+               amp_dtype, _state_key(net))
         storage = _storage_key(net)
         entry = self._graphs.get(key)
         if entry is None or entry[0] != storage:
