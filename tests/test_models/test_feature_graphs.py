@@ -76,6 +76,83 @@ def test_cpu_input_runs_eagerly():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+class _StandIn:
+    """A captured graph's stand-in on the CPU: its capture runs the warm-up like the real one,
+    its replay runs the modules; counts captures (the caching logic is what is tested here)."""
+    captures = 0
+
+    def __init__(self, net, x, warmup):
+        type(self).captures += 1
+        for _ in range(warmup):
+            net(x)
+        self.net = net
+
+    def busy(self):
+        return False
+
+    def __call__(self, x):
+        return tuple(self.net(x))
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    from redet_plugin.models.detectors import feature_graphs
+    monkeypatch.setattr(feature_graphs, "_ForwardGraph", _StandIn)
+    monkeypatch.setattr(feature_graphs, "_TrainingGraph", _StandIn)
+    monkeypatch.setattr(FeatureGraphs, "_usable", staticmethod(lambda x: True))
+    _StandIn.captures = 0
+    return _StandIn
+
+
+def test_one_capture_per_state_up_to_max_graphs(stand_ins):
+    model = build(dict(max_graphs=2)).eval()
+    graphs = model.feature_graphs
+    with torch.no_grad():
+        for size in (32, 32, 48, 64):
+            x = torch.randn(1, 3, size, size)
+            served = graphs(model.backbone, model.neck, x)
+            assert (served is None) == (size == 64)  # a third shape: eager
+    assert stand_ins.captures == 2 and len(graphs) == 2
+    model.train()  # another state, but no room left
+    with torch.no_grad():
+        assert graphs(model.backbone, model.neck, torch.randn(1, 3, 32, 32)) is None
+
+
+def test_a_replaced_parameter_means_a_new_capture(stand_ins):
+    model = build(True).eval()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        model.feature_graphs(model.backbone, model.neck, x)
+        model.feature_graphs(model.backbone, model.neck, x)
+        assert stand_ins.captures == 1
+        conv = model.backbone.conv1
+        conv.weights = torch.nn.Parameter(conv.weights.detach().clone(),
+                                          requires_grad=conv.weights.requires_grad)
+        model.feature_graphs(model.backbone, model.neck, x)
+    assert stand_ins.captures == 2 and len(model.feature_graphs) == 1
+
+
+def test_warm_up_leaves_the_running_statistics_to_the_step(stand_ins):
+    graphed, eager = build(True).train(), build().train()
+    x = torch.randn(2, 3, 32, 32)
+    for a, b in zip(features(graphed, x), features(eager, x)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert stand_ins.captures == 1
+    assert_same_state(eager, graphed)  # one update each, not 1 + warm-up
+
+
+def test_sync_batchnorm_and_frozen_models_run_eagerly(stand_ins):
+    model = build(True).train()
+    x = torch.randn(2, 3, 32, 32)
+    for p in (*model.backbone.parameters(), *model.neck.parameters()):
+        p.requires_grad_(False)
+    assert model.feature_graphs(model.backbone, model.neck, x) is None  # (with grad: nothing to train)
+    model.requires_grad_(True)
+    torch.nn.SyncBatchNorm.convert_sync_batchnorm(model.backbone)
+    assert model.feature_graphs(model.backbone, model.neck, x) is None
+    assert stand_ins.captures == 0
+
+
 # ---- CUDA: graphs against eager -------------------------------------------------------------------
 
 @CUDA
