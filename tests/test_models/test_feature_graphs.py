@@ -33,6 +33,11 @@ def features(model, x):
     return model.extract_feat(x)
 
 
+def seeded_input(seed, size=64):
+    return torch.randn(2, 3, size, size, device="cuda",
+                       generator=torch.Generator("cuda").manual_seed(seed))
+
+
 def total(outputs):
     return sum((o.double() * (i + 1)).mean() for i, o in enumerate(outputs))
 
@@ -181,7 +186,7 @@ def test_detector_loss_and_predict_match_eager():
     for graphs in (False, True):
         model = build(graphs, device="cuda")
         model.train()
-        x = torch.randn(2, 3, 128, 128, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+        x = seeded_input(1, size=128)
         samples = [s.to("cuda") for s in make_samples()]
         torch.manual_seed(3)  # (the samplers draw)
         losses = model.loss(x, samples)
@@ -237,9 +242,7 @@ def test_two_forwards_before_one_backward():
     grads = []
     for m in (model, eager):
         m.train()
-        x1 = torch.randn(2, 3, 64, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
-        x2 = torch.randn(2, 3, 64, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(2))
-        (total(features(m, x1)) + 2 * total(features(m, x2))).backward()
+        (total(features(m, seeded_input(1))) + 2 * total(features(m, seeded_input(2)))).backward()
         grads.append([p.grad for p in m.backbone.parameters()])
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, **TOL)
@@ -263,9 +266,8 @@ def test_autocast_matches_eager_autocast():
     outputs = []
     for m in (model, eager):
         m.train()
-        x = torch.randn(2, 3, 64, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
         with torch.autocast("cuda", dtype=torch.float16):
-            out = features(m, x)
+            out = features(m, seeded_input(1))
         total(out).backward()
         outputs.append([*out, *(p.grad for p in m.backbone.parameters())])
     for a, b in zip(*outputs):
