@@ -15,8 +15,8 @@ profiler's table (ops by self CPU time, CUDA time beside).
 Every run gets the same overrides (bench_configs() writes them): data, an iteration-based
 schedule with the same warm-up, no validation during training, the backbone trained from random
 weights with no frozen stage, logging every --log-interval iterations averaged over that window,
-and an endless sampler (no epoch ends: a restart of the loader's workers cost ~2.3 s, a whole
-logged window, in a 60-iteration run over 100 images).
+and an endless sampler (no epoch ends: mmengine's iteration loop sleeps 2 s at each one, which
+was a whole logged window in a 60-iteration run over 100 images).
 Measured: s/iteration = median of the logged windows after --skip warm-up iterations; test s/image
 likewise from the test log (batch 1); peak memory = the largest `memory` mmengine logs
 (torch.cuda.max_memory_allocated, MB); mAP@0.5 (DOTA metric, 11 points, classes with objects).
