@@ -44,9 +44,10 @@ def parse_args(argv=None):
     p.add_argument('--checkpoint', help='trained weights (else random: see the note above)')
     p.add_argument('--resize', type=int, help="Resize scale (default: the config's 1024)")
     p.add_argument('--amp', action='store_true', help='forward under fp16 autocast')
-    p.add_argument('--graphs', action='store_true',
-                   help='model.cuda_graph_features=True for the uninstrumented steps (the '
-                        'per-part table is eager: the parts cannot be timed inside a graph)')
+    p.add_argument('--eager', action='store_true',
+                   help='model.cuda_graph_features=False (else the config\'s) for the '
+                        'uninstrumented steps; the per-part table is always eager (the parts '
+                        'cannot be timed inside a graph)')
     p.add_argument('--warmup', type=int, default=3)
     p.add_argument('--iters', type=int, default=5, help='measured training iterations')
     p.add_argument('--images', type=int, default=10, help='measured inference images')
@@ -251,8 +252,8 @@ def build(args):
     from mmengine.runner import Runner, load_checkpoint
     MMLogger.get_instance('profile_detector', log_level='WARNING')  # (no per-weight init log)
     cfg = Config.fromfile(args.config)
-    if args.graphs:
-        cfg.model.cuda_graph_features = True
+    if args.eager:
+        cfg.model.cuda_graph_features = False
     init_default_scope(cfg.get('default_scope', 'mmdet'))
     from mmdet.registry import MODELS
     model = MODELS.build(cfg.model)
@@ -409,7 +410,7 @@ def main(argv=None):
         command=' '.join(['python -m benchmarks.profile_detector']
                          + (argv if argv is not None else sys.argv[1:])),
         config=osp.relpath(args.config, REPO), checkpoint=args.checkpoint, amp=args.amp,
-        graphs=args.graphs,
+        eager=args.eager, graphs=graphs is not None,
         image_size=args.resize or 1024, device=torch.cuda.get_device_name() if cuda else 'cpu',
         torch=torch.__version__, warmup=args.warmup, iters=args.iters, images=args.images,
         train=train, test=test, kernels=dict(train=train_kernels, test=test_kernels))
