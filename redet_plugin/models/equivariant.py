@@ -86,7 +86,9 @@ class CachedFilterR2Conv(enn.R2Conv):
     after eval(). As persistent buffers they would make checkpoints depend on the mode they were
     saved in (and a strict load into an eval-mode model fail), and hold a dense copy of every
     filter in train mode. The eval-mode filter is computed without autograd: a buffer holding a
-    graph keeps that graph alive and cannot be deep-copied.
+    graph keeps that graph alive and cannot be deep-copied. It is expanded again only when the
+    weights changed (in place, replaced or converted), also by eval() (e2cnn's would keep a stale
+    one), and kept through train() where the weights are frozen.
     """
 
     _CACHE = ("filter", "expanded_bias")
@@ -95,6 +97,7 @@ class CachedFilterR2Conv(enn.R2Conv):
         super().__init__(*args, **kwargs)
         _own_basis(self.basisexpansion, like=self.weights)
         self._drop_cache()
+        self._cache_of = None  # the weights' state its eval-mode filter was expanded from
         self.register_load_state_dict_pre_hook(_ignore_saved_cache)
         # an eval-mode conv must not keep running with the filter of the weights before loading
         self.register_load_state_dict_post_hook(_refresh_after_load)
@@ -107,20 +110,37 @@ class CachedFilterR2Conv(enn.R2Conv):
                 del self.__dict__[name]
 
     def train(self, mode: bool = True):
-        if mode:
-            self._drop_cache()
+        # The filter is kept, and not expanded again, where it is still the filter of the weights:
+        # in eval(), and in train() when the weights are frozen. mmengine's loops call
+        # model.train() every iteration, which sent frozen stages (put straight back in eval)
+        # through a new expansion each time, into new tensors.
+        frozen = not any(p.requires_grad for p in self._expanded_from())
+        if self._cache_is_current() and (not mode or frozen):
+            return nn.Module.train(self, mode)
+        self._drop_cache()
+        self.training = True  # (e2cnn's train(False) expands only when leaving training)
         with torch.no_grad():
             super().train(mode)
         self._non_persistent_buffers_set.update(self._CACHE)
+        self._cache_of = None if mode else self._weights_state()
         return self
 
-    @torch.no_grad()
     def refresh_cache(self):
         """Rebuild the eval-mode filter from the current weights (e.g. after load_state_dict)."""
         if not self.training:
-            self._drop_cache()
-            self.training = True
+            self._cache_of = None
             self.train(False)
+
+    def _expanded_from(self) -> list:
+        return [p for p in (self.weights, getattr(self, "bias", None)) if p is not None]
+
+    def _weights_state(self) -> tuple:
+        # in-place changes bump _version; replaced or converted tensors change data_ptr or dtype
+        return tuple((p.data_ptr(), p._version, p.dtype) for p in self._expanded_from())
+
+    def _cache_is_current(self) -> bool:
+        cache_of = getattr(self, "_cache_of", None)  # (None too while e2cnn's __init__ runs)
+        return "filter" in self._buffers and cache_of is not None and cache_of == self._weights_state()
 
 
 _MODULE_STATE = frozenset(vars(nn.Module()))  # what torch keeps in every module: registries, hooks

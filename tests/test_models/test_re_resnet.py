@@ -266,3 +266,28 @@ def test_convert_sync_batchnorm_reaches_the_downsample_norms():
     converted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     synced = [name for name, m in converted.named_modules() if isinstance(m, torch.nn.SyncBatchNorm)]
     assert synced == norms and any(".downsample." in name for name in synced)
+
+
+def test_model_train_keeps_the_filters_of_frozen_stages():
+    """mmengine's loops call model.train() every iteration: frozen convs (straight back in eval)
+    keep their expanded filter, the same tensor, instead of expanding it again each time."""
+    model = ReResNet(**TINY, frozen_stages=1).train()
+    frozen, trainable = model.conv1, model.layer2[0].conv1
+    cached = frozen.filter
+    model.train()
+    model.train()
+    assert frozen.filter is cached and not frozen.training
+    torch.testing.assert_close(cached, frozen.expand_parameters()[0], rtol=0, atol=0)
+    assert "filter" not in trainable._buffers  # (trainable convs hold no dense copy in training)
+
+
+def test_eval_expands_again_after_the_weights_changed_in_place():
+    conv = r2conv(regular_type(16), regular_type(16), 3, padding=1).eval()
+    stale = conv.filter
+    with torch.no_grad():
+        conv.weights.mul_(2)
+    conv.eval()
+    assert conv.filter is not stale
+    torch.testing.assert_close(conv.filter, 2 * stale)
+    x = enn.GeometricTensor(torch.randn(1, 16, 9, 9), conv.in_type)
+    torch.testing.assert_close(conv(x).tensor, conv.train()(x).tensor)  # eval's filter = training's
