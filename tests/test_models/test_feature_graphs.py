@@ -137,6 +137,18 @@ def test_a_replaced_parameter_means_a_new_capture(stand_ins):
     assert stand_ins.captures == 2 and len(model.feature_graphs) == 1
 
 
+def test_training_iterations_reuse_one_capture(stand_ins):
+    """mmengine calls model.train() before every iteration; the frozen stem keeps its filter
+    tensors, so the graph's storage stays the same (frozen_stages=1, as configured)."""
+    model = build(True)
+    assert model.backbone.frozen_stages == 1
+    x = torch.randn(2, 3, 32, 32)
+    for _ in range(3):
+        model.train()
+        model.feature_graphs(model.backbone, model.neck, x)
+    assert stand_ins.captures == 1
+
+
 def test_warm_up_leaves_the_running_statistics_to_the_step(stand_ins):
     graphed, eager = build(True).train(), build().train()
     x = torch.randn(2, 3, 32, 32)
