@@ -368,10 +368,16 @@ def main(argv=None):
     timer = PartTimer(args.device)
 
     # training: uninstrumented first, then instrumented
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     for batch in train_batches[:args.warmup]:
         plain_train_step(model, batch, optim_wrapper)
     train_plain = median_ms(lambda b: plain_train_step(model, b, optim_wrapper),
                             train_batches[args.warmup:], timer)
+    # (a CUDA graph's memory is reserved in its own pool and not counted as allocated between
+    # replays: the reserved peak is the one to compare with the graphs)
+    train_memory = dict(peak_allocated_mb=torch.cuda.max_memory_allocated() // 2**20,
+                        peak_reserved_mb=torch.cuda.max_memory_reserved() // 2**20) if cuda else None
     train_kernels = top_kernels(
         lambda: plain_train_step(model, train_batches[-1], optim_wrapper)) if cuda else None
     graphs, model.feature_graphs = getattr(model, 'feature_graphs', None), None  # (eager parts)
@@ -413,7 +419,8 @@ def main(argv=None):
         eager=args.eager, graphs=graphs is not None,
         image_size=args.resize or 1024, device=torch.cuda.get_device_name() if cuda else 'cpu',
         torch=torch.__version__, warmup=args.warmup, iters=args.iters, images=args.images,
-        train=train, test=test, kernels=dict(train=train_kernels, test=test_kernels))
+        train=train, test=test, kernels=dict(train=train_kernels, test=test_kernels),
+        train_memory=train_memory)
     result['markdown'] = markdown(result)
     with open(args.out, 'w') as f:
         json.dump(result, f, indent=1)
