@@ -1,5 +1,6 @@
 """Summarise one training run from mmengine's vis_data/scalars.json: median iteration and
-data-wait time, images/s, peak memory, first/last loss. Used by benchmarks/bench_detector_vs_mmrotate.py.
+data-wait time, images/s, peak memory, first/last loss. Used by
+benchmarks/bench_detector_vs_mmrotate.py.
 
     python -m benchmarks.summarize_training WORK_DIR --batch-size 2 [--skip 20] --out run.json
     (repo root; or with the repo root on PYTHONPATH)

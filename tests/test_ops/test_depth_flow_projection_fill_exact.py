@@ -66,8 +66,9 @@ def test_cuda_deterministic_matches_cpu_float64_bitwise(dtype):
 @CUDA
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cuda_half_matches_cpu_float32_rounded_once(dtype):
-    """fp16/bf16 compute in float32 and fill each hole from its neighbours' unrounded values
-    (recomputed from the accumulators): the CPU's float32 output on the same inputs, rounded once."""
+    """fp16/bf16 compute in float32 and fill each hole from its neighbours' unrounded values (the
+    full-precision copy the marking kernel keeps): the CPU's float32 output on the same inputs,
+    rounded once."""
     for shape in CUDA_SHAPES:
         if dtype == torch.float16 and 10 * shape[2] + 10 > torch.finfo(dtype).max:
             continue  # the case's off-image flow would overflow to inf
