@@ -141,6 +141,23 @@ def peak_extra_memory_mb(fn):
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
+def time_forward_backward(row, name, fn, x, *args):
+    """fn(x, *args) as users call it: the forward with x requiring grad and the autograd backward,
+    each timed (GPU ms, peak extra memory, host us per call back to back) into row[name_...].
+    Returns the output and the backward (to be run again, e.g. in deterministic mode)."""
+    leaf = x.detach().clone().requires_grad_(True)
+    forward = lambda: fn(leaf, *args)  # noqa: E731
+    out = forward()
+    backward = autograd_backward(out, leaf, torch.randn_like(out))
+    row[f"{name}_forward_ms"] = time_cuda(forward)
+    row[f"{name}_forward_peak_extra_mb"] = peak_extra_memory_mb(forward)
+    row[f"{name}_backward_ms"] = time_cuda(backward)
+    row[f"{name}_backward_peak_extra_mb"] = peak_extra_memory_mb(backward)
+    row[f"{name}_forward_host_us"] = back_to_back_us(forward)
+    row[f"{name}_backward_host_us"] = back_to_back_us(backward)
+    return out.detach(), backward
+
+
 def environment():
     return dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                 cuda=torch.version.cuda)

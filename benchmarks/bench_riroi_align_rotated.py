@@ -20,8 +20,8 @@ import time
 import torch
 
 from benchmarks._timing import (autograd_backward, back_to_back_us, deterministic, dtype_name,
-                                environment, peak_extra_memory_mb, require_cuda, speedup,
-                                time_cuda, write_json)
+                                environment, require_cuda, speedup, time_cuda,
+                                time_forward_backward, write_json)
 from redet_plugin.ops import RiRoIAlignRotated
 
 SCALE, OUT, SAMPLES, NO = 0.25, 7, 2, 8
@@ -54,25 +54,10 @@ def layers():
         return ours, None, str(error)[:200]
 
 
-def time_train(row, name, layer, x, rois):
-    """Forward with features requiring grad, autograd backward, host time per call."""
-    leaf = x.detach().clone().requires_grad_(True)
-    forward = lambda: layer(leaf, rois)  # noqa: E731
-    out = forward()
-    backward = autograd_backward(out, leaf, torch.randn_like(out))
-    row[f"{name}_forward_ms"] = time_cuda(forward)
-    row[f"{name}_forward_peak_extra_mb"] = peak_extra_memory_mb(forward)
-    row[f"{name}_backward_ms"] = time_cuda(backward)
-    row[f"{name}_backward_peak_extra_mb"] = peak_extra_memory_mb(backward)
-    row[f"{name}_forward_host_us"] = back_to_back_us(forward)
-    row[f"{name}_backward_host_us"] = back_to_back_us(backward)
-    return out.detach(), backward
-
-
 def bench_train(dtype, ours, peer):
     x, rois = make_features(2, dtype), make_rois(2, 512).to(dtype)
     row = dict(shape="train: (2,256,256,256), 1024 rois", dtype=dtype_name(dtype))
-    out, ours_backward = time_train(row, "ours", ours, x, rois)
+    out, ours_backward = time_forward_backward(row, "ours", ours, x, rois)
     row["ours_backward_deterministic_ms"] = time_cuda(deterministic(ours_backward))
     x_cl = x.contiguous(memory_format=torch.channels_last).requires_grad_(True)
     row["ours_forward_channels_last_ms"] = time_cuda(lambda: ours(x_cl, rois))
@@ -89,7 +74,7 @@ def bench_train(dtype, ours, peer):
 
     if peer is not None:
         try:
-            peer_out, _ = time_train(row, "mmcv", peer, x, rois)
+            peer_out, _ = time_forward_backward(row, "mmcv", peer, x, rois)
             legacy = RiRoIAlignRotated(OUT, legacy_orientation=True, **LAYER)(x, rois)
             row["legacy_vs_mmcv_max_rel_diff"] = ((legacy.float() - peer_out.float()).abs().max()
                                                   / peer_out.float().abs().max()).item()

@@ -14,9 +14,8 @@ import argparse
 
 import torch
 
-from benchmarks._timing import (autograd_backward, back_to_back_us, deterministic, dtype_name,
-                                environment, peak_extra_memory_mb, require_cuda, speedup,
-                                time_cuda, write_json)
+from benchmarks._timing import (deterministic, dtype_name, environment, require_cuda, speedup,
+                                time_cuda, time_forward_backward, write_json)
 from redet_plugin.ops import roi_pool
 
 SCALE, SIZE = 0.25, 7
@@ -45,20 +44,6 @@ def channels_last_at_offset(x, offset):
     return view
 
 
-def time_public(row, name, pool, x, rois):
-    """Forward (features requiring grad), autograd backward, and host time per call of `pool`."""
-    leaf = x.detach().clone().requires_grad_(True)
-    forward = lambda: pool(leaf, rois)  # noqa: E731
-    out = forward()
-    backward = autograd_backward(out, leaf, torch.randn_like(out))
-    row[f"{name}_forward_ms"] = time_cuda(forward)
-    row[f"{name}_forward_peak_extra_mb"] = peak_extra_memory_mb(forward)
-    row[f"{name}_backward_ms"] = time_cuda(backward)
-    row[f"{name}_forward_host_us"] = back_to_back_us(forward)
-    row[f"{name}_backward_host_us"] = back_to_back_us(backward)
-    return out.detach(), backward
-
-
 def peers():
     """The peers' public functions that this machine has, and why the others are missing."""
     found, missing = {}, {}
@@ -80,7 +65,7 @@ def bench(dtype, peer_fns):
     n, c, h, w = x.shape
     row = dict(dtype=dtype_name(dtype))
     ours = lambda features, boxes: roi_pool(features, boxes, SIZE, SCALE)  # noqa: E731
-    out, ours_backward = time_public(row, "ours", ours, x, rois)
+    out, ours_backward = time_forward_backward(row, "ours", ours, x, rois)
     row["ours_backward_deterministic_ms"] = time_cuda(deterministic(ours_backward))
     x_cl = x.contiguous(memory_format=torch.channels_last)
     row["ours_forward_channels_last_ms"] = time_cuda(lambda: ours(x_cl, rois))
@@ -100,7 +85,7 @@ def bench(dtype, peer_fns):
 
     for peer, pool in peer_fns.items():
         try:
-            peer_out, _ = time_public(row, peer, pool, x, rois)
+            peer_out, _ = time_forward_backward(row, peer, pool, x, rois)
             row[f"identical_to_{peer}"] = bool(torch.equal(out, peer_out))
         except Exception as error:  # noqa: BLE001  (no kernel for this dtype: report, carry on)
             row[f"{peer}_error"] = str(error)[:200]
