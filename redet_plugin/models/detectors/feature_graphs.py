@@ -44,19 +44,26 @@ class _FeatureNet(nn.Module):
         return tuple(feats if self.neck is None else self.neck(feats))
 
 
-def _state_key(net: nn.Module) -> tuple:
-    return (tuple(m.training for m in net.modules()),
-            tuple(p.requires_grad for p in net.parameters()))
+class _Walk:
+    """The modules, parameters and buffers of a net, listed once per call: each
+    modules()/parameters()/buffers() walk is a pass over hundreds of modules."""
 
+    def __init__(self, net: nn.Module):
+        self.modules = list(net.modules())
+        self.params = [p for m in self.modules for p in m._parameters.values() if p is not None]
+        self.buffers = [b for m in self.modules for b in m._buffers.values() if b is not None]
 
-def _storage_key(net: nn.Module) -> tuple:
-    """The tensors a graph reads in place: a replaced one needs a new capture."""
-    return tuple((t.data_ptr(), t.dtype) for t in (*net.parameters(), *net.buffers()))
+    def state_key(self) -> tuple:
+        return (tuple(m.training for m in self.modules),
+                tuple(p.requires_grad for p in self.params))
 
+    def storage_key(self) -> tuple:
+        """The tensors a graph reads in place: a replaced one needs a new capture."""
+        return tuple((t.data_ptr(), t.dtype) for t in (*self.params, *self.buffers))
 
-def _has_collectives(net: nn.Module) -> bool:
-    # SyncBatchNorm communicates in its forward: not captured here
-    return any(isinstance(m, nn.SyncBatchNorm) for m in net.modules())
+    def has_collectives(self) -> bool:
+        # SyncBatchNorm communicates in its forward: not captured here
+        return any(isinstance(m, nn.SyncBatchNorm) for m in self.modules)
 
 
 def _autocast_dtype():
@@ -189,21 +196,23 @@ class FeatureGraphs:
         if not self._usable(x):
             return None
         net = _FeatureNet(backbone, neck)
+        walk = _Walk(net)
         with_grad = torch.is_grad_enabled()
-        if with_grad and not any(p.requires_grad for p in net.parameters()):
+        if with_grad and not any(p.requires_grad for p in walk.params):
             return None
-        if _has_collectives(net):
+        if walk.has_collectives():
             return None
         amp_dtype = _autocast_dtype()
         key = (tuple(x.shape), x.dtype, x.device, with_grad, torch.is_inference_mode_enabled(),
-               amp_dtype, _state_key(net))
-        storage = _storage_key(net)
+               amp_dtype, walk.state_key())
+        storage = walk.storage_key()
         entry = self._graphs.get(key)
         if entry is None or entry[0] != storage:
             if entry is None and len(self._graphs) >= self.max_graphs:
                 return None
             self._graphs.pop(key, None)  # (frees a stale graph before capturing its successor)
-            entry = self._graphs[key] = (storage, self._capture(net, x, with_grad, amp_dtype))
+            entry = self._graphs[key] = (storage, self._capture(net, walk.buffers, x, with_grad,
+                                                                amp_dtype))
         graph = entry[1]
         if graph.busy():
             return None  # (a second forward before the first one's backward)
@@ -222,8 +231,8 @@ class FeatureGraphs:
         return torch.autocast("cuda", dtype=amp_dtype, enabled=amp_dtype is not None,
                               cache_enabled=False)
 
-    def _capture(self, net: nn.Module, x: torch.Tensor, with_grad: bool, amp_dtype):
-        buffers = list(net.buffers())
+    def _capture(self, net: nn.Module, buffers: list, x: torch.Tensor, with_grad: bool,
+                 amp_dtype):
         saved = [b.clone() for b in buffers]
         with self._autocast(amp_dtype):
             graph = (_TrainingGraph if with_grad else _ForwardGraph)(net, x, self.warmup)
