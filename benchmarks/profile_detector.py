@@ -44,6 +44,10 @@ def parse_args(argv=None):
     p.add_argument('--checkpoint', help='trained weights (else random: see the note above)')
     p.add_argument('--resize', type=int, help="Resize scale (default: the config's 1024)")
     p.add_argument('--amp', action='store_true', help='forward under fp16 autocast')
+    p.add_argument('--eager', action='store_true',
+                   help='model.cuda_graph_features=False (else the config\'s) for the '
+                        'uninstrumented steps; the per-part table is always eager (the parts '
+                        'cannot be timed inside a graph)')
     p.add_argument('--warmup', type=int, default=3)
     p.add_argument('--iters', type=int, default=5, help='measured training iterations')
     p.add_argument('--images', type=int, default=10, help='measured inference images')
@@ -248,6 +252,8 @@ def build(args):
     from mmengine.runner import Runner, load_checkpoint
     MMLogger.get_instance('profile_detector', log_level='WARNING')  # (no per-weight init log)
     cfg = Config.fromfile(args.config)
+    if args.eager:
+        cfg.model.cuda_graph_features = False
     init_default_scope(cfg.get('default_scope', 'mmdet'))
     from mmdet.registry import MODELS
     model = MODELS.build(cfg.model)
@@ -362,12 +368,19 @@ def main(argv=None):
     timer = PartTimer(args.device)
 
     # training: uninstrumented first, then instrumented
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     for batch in train_batches[:args.warmup]:
         plain_train_step(model, batch, optim_wrapper)
     train_plain = median_ms(lambda b: plain_train_step(model, b, optim_wrapper),
                             train_batches[args.warmup:], timer)
+    # (a CUDA graph's memory is reserved in its own pool and not counted as allocated between
+    # replays: the reserved peak is the one to compare with the graphs)
+    train_memory = dict(peak_allocated_mb=torch.cuda.max_memory_allocated() // 2**20,
+                        peak_reserved_mb=torch.cuda.max_memory_reserved() // 2**20) if cuda else None
     train_kernels = top_kernels(
         lambda: plain_train_step(model, train_batches[-1], optim_wrapper)) if cuda else None
+    graphs, model.feature_graphs = getattr(model, 'feature_graphs', None), None  # (eager parts)
     rows = instrument(model, timer, training=True)
     split = BackwardSplit(model)
     for i, batch in enumerate(train_batches):
@@ -380,6 +393,7 @@ def main(argv=None):
 
     # inference
     model.eval()
+    model.feature_graphs = graphs
     timer = PartTimer(args.device)
     for batch in test_batches[:args.warmup]:
         plain_test_image(model, batch, args)
@@ -387,6 +401,7 @@ def main(argv=None):
                            timer)
     test_kernels = top_kernels(
         lambda: plain_test_image(model, test_batches[-1], args)) if cuda else None
+    model.feature_graphs = None
     rows = instrument(model, timer, training=False)
     for i, batch in enumerate(test_batches):
         instrumented_test_image(model, batch, timer, args)
@@ -401,9 +416,11 @@ def main(argv=None):
         command=' '.join(['python -m benchmarks.profile_detector']
                          + (argv if argv is not None else sys.argv[1:])),
         config=osp.relpath(args.config, REPO), checkpoint=args.checkpoint, amp=args.amp,
+        eager=args.eager, graphs=graphs is not None,
         image_size=args.resize or 1024, device=torch.cuda.get_device_name() if cuda else 'cpu',
         torch=torch.__version__, warmup=args.warmup, iters=args.iters, images=args.images,
-        train=train, test=test, kernels=dict(train=train_kernels, test=test_kernels))
+        train=train, test=test, kernels=dict(train=train_kernels, test=test_kernels),
+        train_memory=train_memory)
     result['markdown'] = markdown(result)
     with open(args.out, 'w') as f:
         json.dump(result, f, indent=1)

@@ -5,6 +5,7 @@ it learns the enclosing horizontal boxes of the rotated ground truth, class-agno
 Predictions are rotated: pred_instances.bboxes (N, 5) (cx, cy, w, h, theta), le90.
 """
 import copy
+from typing import Optional
 
 import torch
 from mmdet.models.detectors import TwoStageDetector
@@ -16,6 +17,7 @@ from torch import Tensor
 from redet_plugin.utils.registration import register
 
 from ...structures import rbox2hbox
+from .feature_graphs import FeatureGraphs
 
 
 def _horizontal_rpn_samples(batch_data_samples: SampleList) -> SampleList:
@@ -34,9 +36,38 @@ def _horizontal_rpn_samples(batch_data_samples: SampleList) -> SampleList:
     return rpn_samples
 
 
+def _feature_graphs(option) -> Optional[FeatureGraphs]:
+    if option is False or option is None:
+        return None
+    if option is True:
+        return FeatureGraphs()
+    if isinstance(option, dict):
+        return FeatureGraphs(**option)
+    raise TypeError('cuda_graph_features: expected a bool or a dict of FeatureGraphs arguments '
+                    f'(max_graphs, warmup); got {option!r}')
+
+
 @register(MODELS)
 class ReDet(TwoStageDetector):
-    """Two-stage detector with rotated ground truth and rotated predictions."""
+    """Two-stage detector with rotated ground truth and rotated predictions.
+
+    Args:
+        cuda_graph_features: replay backbone + neck as CUDA graphs on the GPU (feature_graphs.py:
+            the same results, less host time per step): True, False (default), or a dict of
+            FeatureGraphs arguments (max_graphs, warmup). Other arguments: TwoStageDetector's.
+    """
+
+    def __init__(self, *args, cuda_graph_features=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.feature_graphs = _feature_graphs(cuda_graph_features)
+
+    def extract_feat(self, batch_inputs: Tensor) -> tuple:
+        if self.feature_graphs is not None:
+            feats = self.feature_graphs(self.backbone, self.neck if self.with_neck else None,
+                                        batch_inputs)
+            if feats is not None:
+                return feats
+        return super().extract_feat(batch_inputs)
 
     def loss(self, batch_inputs: Tensor, batch_data_samples: SampleList) -> dict:
         x = self.extract_feat(batch_inputs)

@@ -1,0 +1,242 @@
+"""Backbone + neck replayed as CUDA graphs (ReDet's `cuda_graph_features` option).
+
+A training step of the equivariant backbone is bound by the host, not the GPU: e2cnn's filter
+expansion, the field norms and the convs are hundreds of small launches from Python, forward and
+backward. Captured once as CUDA graphs, a step replays them with one launch each way: with grad
+a forward graph and a backward graph of the trainable parameters' gradients (as
+torch.cuda.make_graphed_callables makes them, but returning copies of the gradients), without
+grad a forward graph. The graphs run the eager modules' kernels, so the results are theirs.
+
+One graph (or forward/backward pair) per input shape and dtype, autocast dtype, grad and
+inference mode and module state (train/eval of every submodule, requires_grad of every
+parameter), up to `max_graphs`. Past that, and wherever a graph cannot serve, the eager modules
+run: input not on CUDA or requiring grad, a capture or torch.compile in progress, SyncBatchNorm
+inside, (with grad) no trainable parameter, or a second forward while the backward of the
+graph's last replay is still to come. A graph reads the parameters and buffers in place; when
+one of them is replaced (`.half()`, `.to()`, a new eval-mode filter cache after `train()`), its
+graph is captured again.
+
+A capture runs the modules a few times on the batch it is given (warm-up); the buffers those runs
+change (batch-norm running statistics, batches tracked) are put back, so the first replay updates
+them exactly once, as the eager step would. The features returned are copies: the graph's own
+outputs are overwritten by its next replay.
+"""
+import weakref
+
+import torch
+from torch import nn
+
+__all__ = ["FeatureGraphs"]
+
+# other threads (a data loader's pin-memory thread) may keep using CUDA during a capture
+_CAPTURE_MODE = "thread_local"
+
+
+class _FeatureNet(nn.Module):
+    """backbone then neck as one module (the graphed callable; throwaway, not in any state_dict)."""
+
+    def __init__(self, backbone: nn.Module, neck: nn.Module):
+        super().__init__()
+        self.backbone, self.neck = backbone, neck
+
+    def forward(self, x):
+        feats = self.backbone(x)
+        return tuple(feats if self.neck is None else self.neck(feats))
+
+
+class _Walk:
+    """The modules, parameters and buffers of a net, listed once per call: each
+    modules()/parameters()/buffers() walk is a pass over hundreds of modules."""
+
+    def __init__(self, net: nn.Module):
+        self.modules = list(net.modules())
+        self.params = [p for m in self.modules for p in m._parameters.values() if p is not None]
+        self.buffers = [b for m in self.modules for b in m._buffers.values() if b is not None]
+
+    def state_key(self) -> tuple:
+        return (tuple(m.training for m in self.modules),
+                tuple(p.requires_grad for p in self.params))
+
+    def storage_key(self) -> tuple:
+        """The tensors a graph reads in place: a replaced one needs a new capture."""
+        return tuple((t.data_ptr(), t.dtype) for t in (*self.params, *self.buffers))
+
+    def has_collectives(self) -> bool:
+        # SyncBatchNorm communicates in its forward: not captured here
+        return any(isinstance(m, nn.SyncBatchNorm) for m in self.modules)
+
+
+def _autocast_dtype():
+    return torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
+
+
+class _ForwardGraph:
+    """A forward-only graph (no grad): static input, replay, copies of the outputs."""
+
+    def __init__(self, net: nn.Module, x: torch.Tensor, warmup: int):
+        self.input = x.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):  # cuDNN/cuBLAS set-up and lazy caches, outside the capture
+                net(self.input)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, capture_error_mode=_CAPTURE_MODE):
+            self.outputs = net(self.input)
+
+    def busy(self) -> bool:
+        return False  # (no backward to wait for)
+
+    def __call__(self, x: torch.Tensor) -> tuple:
+        self.input.copy_(x)
+        self.graph.replay()
+        return tuple(o.clone() for o in self.outputs)
+
+
+class _Replay(torch.autograd.Function):
+    """The training graphs' forward and backward as one autograd node."""
+
+    @staticmethod
+    def forward(ctx, graph, x, *params):
+        graph.input.copy_(x)
+        graph.forward_graph.replay()
+        graph.replays += 1
+        ctx.graph, ctx.replay = graph, graph.replays
+        return tuple(o.clone() for o in graph.outputs)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grad_outputs):
+        graph = ctx.graph
+        if ctx.replay != graph.replays:
+            raise RuntimeError(
+                "cuda_graph_features: backward through backbone features of an earlier step "
+                "after the graph was replayed again (its activations are gone); run that "
+                "backward before the next forward, or set cuda_graph_features=False")
+        for static, grad in zip(graph.grad_outputs, grad_outputs):
+            static.copy_(grad)
+        graph.backward_graph.replay()
+        graph.backward_ran = True
+        # copies: autograd may keep a returned gradient as param.grad and add the next one into it
+        return (None, None, *(None if g is None else g.clone() for g in graph.grads))
+
+
+class _TrainingGraph:
+    """A forward graph and its backward graph (gradients of the trainable parameters). A replay's
+    backward reads activations that the next replay overwrites: while one is still to come,
+    `busy()` is true (the caller then runs eagerly), and a backward through an older replay
+    raises."""
+
+    def __init__(self, net: nn.Module, x: torch.Tensor, warmup: int):
+        self.params = tuple(p for p in net.parameters() if p.requires_grad)
+        self.input = x.clone()
+
+        def backward_of(outputs, grad_outputs):
+            return torch.autograd.grad(outputs, self.params, grad_outputs, allow_unused=True)
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):  # cuDNN/cuBLAS set-up, outside the capture
+                outputs = tuple(net(self.input))
+                backward_of(outputs, [torch.ones_like(o) for o in outputs])
+        torch.cuda.current_stream().wait_stream(side)
+        pool = torch.cuda.graph_pool_handle()
+        self.forward_graph, self.backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.forward_graph, pool=pool, capture_error_mode=_CAPTURE_MODE):
+            self.outputs = tuple(net(self.input))
+        self.grad_outputs = tuple(torch.empty_like(o) for o in self.outputs)
+        with torch.cuda.graph(self.backward_graph, pool=pool, capture_error_mode=_CAPTURE_MODE):
+            self.grads = backward_of(self.outputs, self.grad_outputs)
+        self.outputs = tuple(o.detach() for o in self.outputs)
+        self.replays, self.backward_ran, self._last_node = 0, True, lambda: None
+
+    def busy(self) -> bool:
+        return self._last_node() is not None and not self.backward_ran
+
+    def __call__(self, x: torch.Tensor) -> tuple:
+        outputs = _Replay.apply(self, x, *self.params)
+        self.backward_ran, self._last_node = False, weakref.ref(outputs[0].grad_fn)
+        return outputs
+
+
+class FeatureGraphs:
+    """The graphs of one detector's backbone + neck; `__call__` returns None where eager must run.
+
+    Args:
+        max_graphs: graphs kept at most (each holds its own memory for activations); inputs of
+            other shapes or states run eagerly.
+        warmup: eager runs before each capture.
+    """
+
+    def __init__(self, max_graphs: int = 2, warmup: int = 3):
+        if not isinstance(max_graphs, int) or max_graphs < 1:
+            raise ValueError(f"cuda_graph_features: max_graphs must be an int >= 1; got {max_graphs!r}")
+        if not isinstance(warmup, int) or warmup < 1:
+            raise ValueError(f"cuda_graph_features: warmup must be an int >= 1; got {warmup!r}")
+        self.max_graphs, self.warmup = max_graphs, warmup
+        self._graphs = {}  # key -> (storage key, graph)
+
+    # a copy of the model (deepcopy for EMA, pickling) starts without graphs: they belong to the
+    # tensors of this one
+    def __deepcopy__(self, memo):
+        return FeatureGraphs(self.max_graphs, self.warmup)
+
+    def __getstate__(self):
+        return dict(max_graphs=self.max_graphs, warmup=self.warmup)
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def __len__(self):
+        return len(self._graphs)
+
+    def __call__(self, backbone: nn.Module, neck, x: torch.Tensor):
+        if not self._usable(x):
+            return None
+        net = _FeatureNet(backbone, neck)
+        walk = _Walk(net)
+        with_grad = torch.is_grad_enabled()
+        if with_grad and not any(p.requires_grad for p in walk.params):
+            return None
+        if walk.has_collectives():
+            return None
+        amp_dtype = _autocast_dtype()
+        key = (tuple(x.shape), x.dtype, x.device, with_grad, torch.is_inference_mode_enabled(),
+               amp_dtype, walk.state_key())
+        storage = walk.storage_key()
+        entry = self._graphs.get(key)
+        if entry is None or entry[0] != storage:
+            if entry is None and len(self._graphs) >= self.max_graphs:
+                return None
+            self._graphs.pop(key, None)  # (frees a stale graph before capturing its successor)
+            entry = self._graphs[key] = (storage, self._capture(net, walk.buffers, x, with_grad,
+                                                                amp_dtype))
+        graph = entry[1]
+        if graph.busy():
+            return None  # (a second forward before the first one's backward)
+        with self._autocast(amp_dtype):
+            return graph(x)
+
+    @staticmethod
+    def _usable(x: torch.Tensor) -> bool:
+        return (isinstance(x, torch.Tensor) and x.is_cuda and not x.requires_grad
+                and not torch.cuda.is_current_stream_capturing()
+                and not torch.compiler.is_compiling())
+
+    @staticmethod
+    def _autocast(amp_dtype):
+        # autocast's weight cache would keep casts made during the capture: casts are captured
+        return torch.autocast("cuda", dtype=amp_dtype, enabled=amp_dtype is not None,
+                              cache_enabled=False)
+
+    def _capture(self, net: nn.Module, buffers: list, x: torch.Tensor, with_grad: bool,
+                 amp_dtype):
+        saved = [b.clone() for b in buffers]
+        with self._autocast(amp_dtype):
+            graph = (_TrainingGraph if with_grad else _ForwardGraph)(net, x, self.warmup)
+        with torch.no_grad():  # undo the warm-up runs' updates (running statistics)
+            for b, s in zip(buffers, saved):
+                b.copy_(s)
+        return graph

@@ -1,0 +1,286 @@
+"""ReDet's cuda_graph_features: backbone + neck replayed as CUDA graphs give the eager results
+(forward, gradients, running statistics), recapture when tensors are replaced, fall back to eager
+where a graph cannot serve, and refuse a backward whose activations a later replay overwrote."""
+import copy
+import pickle
+
+import pytest
+import torch
+from mmdet.registry import MODELS
+
+from redet_plugin.models.detectors.feature_graphs import FeatureGraphs
+from tests._helpers import full_fp32
+from tests.test_models.test_redet_detector import make_samples, tiny_model_cfg
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(autouse=True)
+def no_tf32():
+    with full_fp32():  # (graph and eager may get different cuDNN algorithms: compare in fp32)
+        yield
+
+
+def build(graphs=False, device="cpu"):
+    torch.manual_seed(0)
+    model = MODELS.build(dict(tiny_model_cfg(), cuda_graph_features=graphs))
+    model.init_weights()
+    return model.to(device)
+
+
+def features(model, x):
+    return model.extract_feat(x)
+
+
+def seeded_input(seed, size=64):
+    return torch.randn(2, 3, size, size, device="cuda",
+                       generator=torch.Generator("cuda").manual_seed(seed))
+
+
+def total(outputs):
+    return sum((o.double() * (i + 1)).mean() for i, o in enumerate(outputs))
+
+
+def assert_same_state(a, b):
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        torch.testing.assert_close(x, y, **TOL, msg=name)
+
+
+# ---- CPU: options, copies, fallback ---------------------------------------------------------------
+
+def test_options():
+    assert build().feature_graphs is None
+    assert isinstance(build(True).feature_graphs, FeatureGraphs)
+    assert build(dict(max_graphs=3)).feature_graphs.max_graphs == 3
+    with pytest.raises(TypeError, match="cuda_graph_features: expected a bool or a dict"):
+        build("yes")
+    with pytest.raises(ValueError, match="max_graphs must be an int >= 1; got 0"):
+        FeatureGraphs(max_graphs=0)
+    with pytest.raises(ValueError, match="warmup must be an int >= 1; got 0"):
+        FeatureGraphs(warmup=0)
+
+
+def test_copies_start_without_graphs():
+    model = build(dict(max_graphs=3, warmup=2))
+    model.feature_graphs._graphs["stands for a graph"] = None
+    # (e2cnn's modules themselves cannot be pickled: the graphs alone)
+    for graphs in (copy.deepcopy(model).feature_graphs, pickle.loads(pickle.dumps(model.feature_graphs))):
+        assert graphs is not model.feature_graphs and len(graphs) == 0
+        assert (graphs.max_graphs, graphs.warmup) == (3, 2)
+
+
+def test_cpu_input_runs_eagerly():
+    model = build(True)
+    model.train()
+    x = torch.randn(2, 3, 64, 64)
+    assert model.feature_graphs(model.backbone, model.neck, x) is None
+    eager = build()
+    eager.train()
+    for a, b in zip(features(model, x), features(eager, x)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+class _StandIn:
+    """A captured graph's stand-in on the CPU: its capture runs the warm-up like the real one,
+    its replay runs the modules; counts captures (the caching logic is what is tested here)."""
+    captures = 0
+
+    def __init__(self, net, x, warmup):
+        type(self).captures += 1
+        for _ in range(warmup):
+            net(x)
+        self.net = net
+
+    def busy(self):
+        return False
+
+    def __call__(self, x):
+        return tuple(self.net(x))
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    from redet_plugin.models.detectors import feature_graphs
+    monkeypatch.setattr(feature_graphs, "_ForwardGraph", _StandIn)
+    monkeypatch.setattr(feature_graphs, "_TrainingGraph", _StandIn)
+    monkeypatch.setattr(FeatureGraphs, "_usable", staticmethod(lambda x: True))
+    _StandIn.captures = 0
+    return _StandIn
+
+
+def test_one_capture_per_state_up_to_max_graphs(stand_ins):
+    model = build(dict(max_graphs=2)).eval()
+    graphs = model.feature_graphs
+    with torch.no_grad():
+        for size in (32, 32, 48, 64):
+            x = torch.randn(1, 3, size, size)
+            served = graphs(model.backbone, model.neck, x)
+            assert (served is None) == (size == 64)  # a third shape: eager
+    assert stand_ins.captures == 2 and len(graphs) == 2
+    model.train()  # another state, but no room left
+    with torch.no_grad():
+        assert graphs(model.backbone, model.neck, torch.randn(1, 3, 32, 32)) is None
+
+
+def test_a_replaced_parameter_means_a_new_capture(stand_ins):
+    model = build(True).eval()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        model.feature_graphs(model.backbone, model.neck, x)
+        model.feature_graphs(model.backbone, model.neck, x)
+        assert stand_ins.captures == 1
+        conv = model.backbone.conv1
+        conv.weights = torch.nn.Parameter(conv.weights.detach().clone(),
+                                          requires_grad=conv.weights.requires_grad)
+        model.feature_graphs(model.backbone, model.neck, x)
+    assert stand_ins.captures == 2 and len(model.feature_graphs) == 1
+
+
+def test_training_iterations_reuse_one_capture(stand_ins):
+    """mmengine calls model.train() before every iteration; the frozen stem keeps its filter
+    tensors, so the graph's storage stays the same (frozen_stages=1, as configured)."""
+    model = build(True)
+    assert model.backbone.frozen_stages == 1
+    x = torch.randn(2, 3, 32, 32)
+    for _ in range(3):
+        model.train()
+        model.feature_graphs(model.backbone, model.neck, x)
+    assert stand_ins.captures == 1
+
+
+def test_warm_up_leaves_the_running_statistics_to_the_step(stand_ins):
+    graphed, eager = build(True).train(), build().train()
+    x = torch.randn(2, 3, 32, 32)
+    for a, b in zip(features(graphed, x), features(eager, x)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert stand_ins.captures == 1
+    assert_same_state(eager, graphed)  # one update each, not 1 + warm-up
+
+
+def test_sync_batchnorm_and_frozen_models_run_eagerly(stand_ins):
+    model = build(True).train()
+    x = torch.randn(2, 3, 32, 32)
+    for p in (*model.backbone.parameters(), *model.neck.parameters()):
+        p.requires_grad_(False)
+    assert model.feature_graphs(model.backbone, model.neck, x) is None  # (with grad: nothing to train)
+    model.requires_grad_(True)
+    torch.nn.SyncBatchNorm.convert_sync_batchnorm(model.backbone)
+    assert model.feature_graphs(model.backbone, model.neck, x) is None
+    assert stand_ins.captures == 0
+
+
+# ---- CUDA: graphs against eager -------------------------------------------------------------------
+
+@CUDA
+def test_training_steps_match_eager():
+    eager, graphed = build(device="cuda"), build(True, device="cuda")
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for m in (eager, graphed)]
+    for step in range(3):
+        x = torch.randn(2, 3, 64, 64, device="cuda")
+        grads = []
+        for model, optimizer in zip((eager, graphed), optimizers):
+            model.train()
+            optimizer.zero_grad()
+            out = features(model, x)
+            total(out).backward()
+            grads.append([p.grad for p in model.backbone.parameters()])
+            optimizer.step()
+        for a, b in zip(*grads):
+            torch.testing.assert_close(a, b, **TOL)
+    assert len(graphed.feature_graphs) == 1
+    assert_same_state(eager, graphed)  # weights, running statistics, batches tracked
+
+
+@CUDA
+def test_detector_loss_and_predict_match_eager():
+    results = []
+    for graphs in (False, True):
+        model = build(graphs, device="cuda")
+        model.train()
+        x = seeded_input(1, size=128)
+        samples = [s.to("cuda") for s in make_samples()]
+        torch.manual_seed(3)  # (the samplers draw)
+        losses = model.loss(x, samples)
+        loss = sum(v.sum() if isinstance(v, torch.Tensor) else sum(v)
+                   for k, v in losses.items() if "loss" in k)
+        loss.backward()
+        model.eval()
+        with torch.no_grad():
+            pred = model.predict(x, samples)[0].pred_instances
+        results.append((loss.detach(), model.backbone.conv1.weights.grad, pred.bboxes, pred.scores))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+@CUDA
+def test_eval_forward_match_and_new_shapes():
+    model, eager = build(dict(max_graphs=2), device="cuda"), build(device="cuda")
+    model.eval()
+    eager.eval()
+    with torch.no_grad():
+        for size in (64, 96, 64, 128):  # (128, a third shape, is past max_graphs: eager)
+            x = torch.randn(1, 3, size, size, device="cuda")
+            for a, b in zip(features(model, x), features(eager, x)):
+                torch.testing.assert_close(a, b, **TOL)
+    assert len(model.feature_graphs) == 2
+
+
+@CUDA
+def test_replaced_tensors_are_recaptured():
+    model, eager = build(True, device="cuda"), build(device="cuda")
+    model.eval()
+    x = torch.randn(1, 3, 64, 64, device="cuda")
+    with torch.no_grad():
+        features(model, x)
+        model.double()  # new parameter storage: the old graph would read freed memory
+        eager.double().eval()
+        for a, b in zip(features(model, x.double()), features(eager, x.double())):
+            torch.testing.assert_close(a, b, **TOL)
+        with torch.no_grad():  # new weights loaded in place: the same graph reads them
+            for p in model.parameters():
+                p.mul_(0.5)
+            for p in eager.parameters():
+                p.mul_(0.5)
+        model.train().eval()
+        eager.train().eval()  # (the eval filter caches are rebuilt: new buffers, a new capture)
+        for a, b in zip(features(model, x.double()), features(eager, x.double())):
+            torch.testing.assert_close(a, b, **TOL)
+
+
+@CUDA
+def test_two_forwards_before_one_backward():
+    model, eager = build(True, device="cuda"), build(device="cuda")
+    grads = []
+    for m in (model, eager):
+        m.train()
+        (total(features(m, seeded_input(1))) + 2 * total(features(m, seeded_input(2)))).backward()
+        grads.append([p.grad for p in m.backbone.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+@CUDA
+def test_backward_after_a_newer_replay_raises():
+    model = build(True, device="cuda")
+    model.train()
+    x = torch.randn(2, 3, 64, 64, device="cuda")
+    first = total(features(model, x))
+    first.backward(retain_graph=True)
+    total(features(model, x)).backward()  # the graph replayed again
+    with pytest.raises(RuntimeError, match="backward through backbone features of an earlier step"):
+        first.backward()
+
+
+@CUDA
+def test_autocast_matches_eager_autocast():
+    model, eager = build(True, device="cuda"), build(device="cuda")
+    outputs = []
+    for m in (model, eager):
+        m.train()
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = features(m, seeded_input(1))
+        total(out).backward()
+        outputs.append([*out, *(p.grad for p in m.backbone.parameters())])
+    for a, b in zip(*outputs):
+        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3)
