@@ -141,6 +141,10 @@ class _TrainingGraph:
             for _ in range(warmup):  # cuDNN/cuBLAS set-up, outside the capture
                 outputs = tuple(net(self.input))
                 backward_of(outputs, [torch.ones_like(o) for o in outputs])
+        # Warm-up outputs kept alive keep the parameters' gradient accumulators made on the side
+        # stream, and the capture (on another stream) would reuse them; torch warns when an
+        # accumulator's stream differs from its producer's.
+        del outputs
         torch.cuda.current_stream().wait_stream(side)
         pool = torch.cuda.graph_pool_handle()
         self.forward_graph, self.backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
