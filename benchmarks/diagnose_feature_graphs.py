@@ -2,8 +2,11 @@
 
 On the R50 synthetic config (benchmarks/profile_detector.py's set-up), for graphs on and off:
 the median uninstrumented training step (batch 2) and test image, the median backbone + neck call
-alone (extract_feat, no grad), how many captures ran and how long they took, and the host ops
-that took the most CPU time in one graphed test image and training step (torch.profiler).
+alone (extract_feat, no grad), how many captures ran and how long they took, the longest kernels
+of one extract_feat call, and with graphs the host ops that took the most CPU time in one test
+image and training step (torch.profiler) and each backbone part and the neck timed eagerly and
+as its own graph (parts_graph_vs_eager). It found the host time FeatureGraphs spent choosing a
+graph (docs/detector.md, "CUDA graphs for backbone + neck").
 
     python -m benchmarks.diagnose_feature_graphs --out diag.json [--checkpoint CKPT]
 (from the repository root, on a CUDA machine)
