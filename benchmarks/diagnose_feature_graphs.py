@@ -12,6 +12,7 @@ graph (docs/detector.md, "CUDA graphs for backbone + neck").
 (from the repository root, on a CUDA machine)
 """
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -120,7 +121,7 @@ def main(argv=None):
         captures = count_captures(graphs) if graphs is not None else []
         model.feature_graphs = graphs
         model.train()
-        step = iter(range(10**6))
+        step = itertools.count()  # (cycles through the loaded batches)
         train = timed_ms(lambda: pd.plain_train_step(
             model, train_batches[next(step) % 3], optim_wrapper), args.steps)
         train_captures = list(captures)
