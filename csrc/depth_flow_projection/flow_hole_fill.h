@@ -18,6 +18,12 @@
 // (csrc/depth_flow_projection/cuda/hole_fill_kernels.cuh), but adds them with these functions in
 // the same order, so CPU and CUDA agree bit for bit.
 //
+// What the fill reads from a non-hole (as_fill_input): for fp16/bf16 outputs its output as
+// stored, the projected value rounded to 16 bits, so a filled value may differ by about one
+// 16-bit ulp (of the neighbours' values) from the calc-type fill rounded once; in exchange CUDA's
+// fill reads the neighbours' 2-byte outputs and keeps no full-precision copy of them (the copy
+// made 16-bit no faster than fp32). For the other outputs, the unrounded projected value.
+//
 // Accumulator slots: `Slots` gives load(i, &sum_x, &sum_y, &count) for pixel i (batch-flat) and
 // store_partial/load_partial for a hole's partial sum (a hole's accumulated sums are unused).
 #pragma once
@@ -84,13 +90,28 @@ REDET_HOST_DEVICE ProjectedPixel<calc_t, count_t> load_projected(const Slots& sl
   return project_slot<count_t>(sx, sy, c);
 }
 
-// The projected value of the non-hole at slot i (or "not found" for i < 0).
-template <typename calc_t, typename Slots>
+// fp16/bf16 outputs (the only 2-byte types the ops dispatch to) fill from the stored outputs.
+template <typename scalar_t>
+constexpr bool fills_from_rounded_outputs = sizeof(scalar_t) == 2;
+
+// A non-hole's projected value v as the fill reads it: its output as stored (v rounded to
+// scalar_t, back in calc_t) for 16-bit outputs, v itself otherwise.
+template <typename scalar_t, typename calc_t>
+REDET_HOST_DEVICE calc_t as_fill_input(calc_t v) {
+  if constexpr (fills_from_rounded_outputs<scalar_t>) {
+    return static_cast<calc_t>(static_cast<scalar_t>(v));
+  } else {
+    return v;
+  }
+}
+
+// The fill's input from the non-hole at slot i (or "not found" for i < 0).
+template <typename scalar_t, typename calc_t, typename Slots>
 REDET_HOST_DEVICE NeighbourValue<calc_t> projected_value_at(const Slots& slots, int64_t i) {
   if (i < 0) return {false, calc_t(0), calc_t(0)};
   calc_t sx, sy, c;
   slots.load(i, &sx, &sy, &c);
-  return {true, sx / c, sy / c};
+  return {true, as_fill_input<scalar_t>(sx / c), as_fill_input<scalar_t>(sy / c)};
 }
 
 // The running fill sum of one hole, neighbours added in the fixed order left, right, top, bottom.
@@ -150,9 +171,9 @@ template <typename scalar_t, typename count_t, typename calc_t, typename Slots>
 REDET_HOST_DEVICE void fill_column_run(const Slots& slots, count_t* count, scalar_t* out,
                                        int64_t plane, int64_t column, int width, int first,
                                        int end, int top, int bottom) {
-  const NeighbourValue<calc_t> above =
-      projected_value_at<calc_t>(slots, top >= 0 ? column + static_cast<int64_t>(top) * width : -1);
-  const NeighbourValue<calc_t> below = projected_value_at<calc_t>(
+  const NeighbourValue<calc_t> above = projected_value_at<scalar_t, calc_t>(
+      slots, top >= 0 ? column + static_cast<int64_t>(top) * width : -1);
+  const NeighbourValue<calc_t> below = projected_value_at<scalar_t, calc_t>(
       slots, bottom >= 0 ? column + static_cast<int64_t>(bottom) * width : -1);
   for (int y = first; y < end; ++y) {
     const int64_t offset = static_cast<int64_t>(y) * width;

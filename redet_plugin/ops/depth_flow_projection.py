@@ -22,7 +22,10 @@ Conventions:
   graph is captured. Unchecked, a pixel with an invalid depth contributes nothing and gets no
   gradient (README: "Bad input, host waits and CUDA graphs"). Other bad input (shapes, dtypes,
   t outside [0, 1]) raises before anything runs.
-- float16/bfloat16 inputs are accumulated in float32. Under
+- float16/bfloat16 inputs are accumulated in float32, and the holes are filled from the stored
+  16-bit outputs of their neighbours (on CPU and CUDA alike), so a filled value may differ by
+  about one 16-bit ulp from the float32 result rounded once (an ulp of the neighbours' values:
+  where they cancel, a filled value near 0 differs by more of its own ulps). Under
   torch.use_deterministic_algorithms(True) the CUDA forward uses order-independent 64-bit
   fixed-point sums; the CPU kernels and the CUDA backward (a gather) are deterministic anyway.
 """
@@ -62,7 +65,10 @@ def depth_flow_projection(flow: torch.Tensor, depth: Optional[torch.Tensor] = No
     """Projects the flow F0->1 (B, 2, H, W) to F_t->0 (B, 2, H, W), weighting pixels by 1/depth.
 
     Give exactly one of `depth` (D0, (B, 1, H, W), > 0) and `inverse_depth` (1/D0, >= 0). Bad
-    input raises (see the module docstring for when on CUDA).
+    input raises (see the module docstring for when on CUDA). float16/bfloat16 are computed in
+    float32, but holes are filled from the stored 16-bit neighbour outputs, so a filled value may
+    differ by about one 16-bit ulp (of the neighbours' values) from the float32 result rounded
+    once.
     """
     if (depth is None) == (inverse_depth is None):
         raise ValueError(f"{OP}: give exactly one of depth and inverse_depth")

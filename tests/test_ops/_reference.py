@@ -167,10 +167,23 @@ def _fill_holes_reference(projected, holes):
     return torch.where(holes, filled, projected), found
 
 
+class _RoundTo(torch.autograd.Function):
+    """x rounded to `dtype` and back; the gradient passes unchanged (as in the op's backward)."""
+
+    @staticmethod
+    def forward(ctx, x, dtype):
+        return x.to(dtype).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
 def depth_flow_projection_reference(flow, depth, t, fill_holes, inverse_depth=False):
     """Plain scatter (index_add) + normalisation + hole filling by scans, in float32 (float64 for
     float64 input); differentiable by autograd. Returns (output, count) like the op: count is the
-    weight sum, or -(directions found) at a filled hole."""
+    weight sum, or -(directions found) at a filled hole. For float16/bfloat16 the holes are filled
+    from the non-holes' outputs as stored, rounded to the 16-bit dtype."""
     acc = torch.float64 if flow.dtype == torch.float64 else torch.float32
     f, d = flow.to(acc), depth.to(acc)
     batch, _, height, width = f.shape
@@ -195,5 +208,7 @@ def depth_flow_projection_reference(flow, depth, t, fill_holes, inverse_depth=Fa
                             sums[:, :2] / torch.where(holes, torch.ones_like(count), count))
     if not fill_holes:
         return projected.to(flow.dtype), torch.where(holes, torch.zeros_like(count), count)
+    if flow.dtype in (torch.float16, torch.bfloat16):
+        projected = _RoundTo.apply(projected, flow.dtype)
     output, found = _fill_holes_reference(projected, holes)
     return output.to(flow.dtype), torch.where(holes, -found, count).detach()

@@ -40,8 +40,10 @@ void normalize_rows(const PlainSlots<acc_t>& slots, int64_t batch, int height, i
           0, width, -1, -1,
           [&](int x0) { return hole_word(count + row, 1, x0, width); },
           [&](int first, int stop, int left, int right) {
-            const auto l = projected_value_at<acc_t>(slots, left >= 0 ? row + left : -1);
-            const auto r_ = projected_value_at<acc_t>(slots, right >= 0 ? row + right : -1);
+            const auto l =
+                projected_value_at<scalar_t, acc_t>(slots, left >= 0 ? row + left : -1);
+            const auto r_ =
+                projected_value_at<scalar_t, acc_t>(slots, right >= 0 ? row + right : -1);
             for (int x = first; x < stop; ++x) store_row_partial(slots, count, row + x, l, r_);
           });
     }

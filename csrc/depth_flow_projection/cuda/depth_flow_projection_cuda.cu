@@ -276,10 +276,10 @@ void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool f
   // Few tiles (448 at (4, 2, 256, 448)): four warps share each, so that the multiprocessors have
   // enough loads in flight; two warps per block, or most multiprocessors would idle.
   const int warps_per_tile = tiles < 8 * multiprocessor_count() ? 4 : 1;
-  // fp16/bf16 and fixed-point outputs: the non-holes' unrounded values, for the fill
+  // float output of fixed-point sums: the non-holes' unrounded values, for the fill
   using calc_t = typename Slots::calc_type;
   at::Tensor exact;
-  if constexpr (!std::is_same_v<scalar_t, calc_t>) {
+  if constexpr (keeps_unrounded_copy<scalar_t, calc_t>) {
     exact = at::empty({io.batch * io.height * io.width, 2},
                       io.output.options().dtype(c10::CppTypeToScalarType<calc_t>::value));
   }

@@ -20,8 +20,12 @@
 //      through the summaries, which skip 1024 pixels per load (a half-empty 4K image has runs of
 //      ~2000 holes) - then reads the four values together and writes the mean.
 // Non-holes cost one read of the accumulators and one write of output and count (as in plain
-// normalisation) plus a few bits, and for fp16/bf16 output a full-precision copy that the fill
-// reads (neighbour_value); the rest scales with the holes.
+// normalisation) plus a few bits; the rest scales with the holes. The fill reads the neighbours'
+// outputs as stored (flow_hole_fill.h: as_fill_input; for fp16/bf16, 2-byte values rounded to 16
+// bits), except for float output in fixed point (deterministic mode), whose sums are double:
+// there the marking also writes a double copy of each non-hole's value (keeps_unrounded_copy),
+// which the fill reads, so that float output is filled from the unrounded values as in the
+// other paths.
 #pragma once
 #include <stdint.h>
 
@@ -69,23 +73,21 @@ struct HoleMasks {
 
 // ---- 1. normalise and mark --------------------------------------------------------------------
 
-// Full-precision projected values of the non-holes, (x, y) of pixel i side by side (fp16/bf16
-// and fixed-point outputs only: neighbour_value).
-__device__ __forceinline__ void store_exact(float* exact, int64_t i, float x, float y) {
-  reinterpret_cast<float2*>(exact)[i] = make_float2(x, y);
-}
+// Does the fill need a copy of the non-holes' unrounded values beside the output? Only where the
+// output type is neither the calc type nor filled from as stored: float output of double sums
+// (fixed point). fp16/bf16 are filled from their stored outputs (flow_hole_fill.h).
+template <typename scalar_t, typename calc_t>
+constexpr bool keeps_unrounded_copy =
+    !std::is_same_v<scalar_t, calc_t> && !fills_from_rounded_outputs<scalar_t>;
+
+// That copy: the projected values of the non-holes, (x, y) of pixel i side by side (calc_t is
+// double wherever it is kept).
 __device__ __forceinline__ void store_exact(double* exact, int64_t i, double x, double y) {
   reinterpret_cast<double2*>(exact)[i] = make_double2(x, y);
 }
-template <typename calc_t>
-__device__ __forceinline__ NeighbourValue<calc_t> load_exact(const calc_t* exact, int64_t i) {
-  if constexpr (std::is_same_v<calc_t, float>) {
-    const float2 v = reinterpret_cast<const float2*>(exact)[i];
-    return {true, v.x, v.y};
-  } else {
-    const double2 v = reinterpret_cast<const double2*>(exact)[i];
-    return {true, v.x, v.y};
-  }
+__device__ __forceinline__ NeighbourValue<double> load_exact(const double* exact, int64_t i) {
+  const double2 v = reinterpret_cast<const double2*>(exact)[i];
+  return {true, v.x, v.y};
 }
 
 constexpr int kMarkRowsPerStep = 8;  // rows whose loads a warp has in flight together
@@ -163,7 +165,7 @@ __global__ void mark_tiles_kernel(Slots slots_arg, int64_t batch, int height, in
           out[i + b * plane] = static_cast<scalar_t>(p.x);  // (b, 0, y, x) of the output
           out[i + b * plane + plane] = static_cast<scalar_t>(p.y);
           count[i] = p.count;
-          if constexpr (!std::is_same_v<scalar_t, calc_t>) {
+          if constexpr (keeps_unrounded_copy<scalar_t, calc_t>) {
             if (p.valid) store_exact(exact, i, p.x, p.y);
           }
         }
@@ -233,11 +235,10 @@ __device__ __forceinline__ int nearest_bit_after(const BitLine& line, uint32_t f
   return found * kWarp + lowest_set_bit(line.words[found * line.stride]);
 }
 
-// The value of the non-hole (x, y) of the image whose output starts at out_x, pixels at `image`
-// (x < 0: none in that direction): sum_x / count as mark_tiles_kernel computed it. When the
-// output type is the one the fill computes in, that is the output itself; otherwise (fp16/bf16,
-// or fixed point) the full-precision copy mark_tiles_kernel kept in `exact`, so that a hole is
-// filled from unrounded values at the cost of one 2-value load per neighbour.
+// The fill's input from the non-hole (x, y) of the image whose output starts at out_x, pixels at
+// `image` (x < 0: none in that direction). mark_tiles_kernel stored static_cast<scalar_t>(value),
+// so the output converted back is as_fill_input(value) (flow_hole_fill.h) without rounding it
+// again; where keeps_unrounded_copy, the copy in `exact` is.
 template <typename calc_t, typename scalar_t>
 __device__ __forceinline__ NeighbourValue<calc_t> neighbour_value(const scalar_t* out_x,
                                                                   const calc_t* exact,
@@ -245,10 +246,10 @@ __device__ __forceinline__ NeighbourValue<calc_t> neighbour_value(const scalar_t
                                                                   int x, int y, int width) {
   if (x < 0) return {false, calc_t(0), calc_t(0)};
   const int64_t j = static_cast<int64_t>(y) * width + x;
-  if constexpr (std::is_same_v<scalar_t, calc_t>) {
-    return {true, out_x[j], out_x[j + plane]};
-  } else {
+  if constexpr (keeps_unrounded_copy<scalar_t, calc_t>) {
     return load_exact(exact, image + j);
+  } else {
+    return {true, static_cast<calc_t>(out_x[j]), static_cast<calc_t>(out_x[j + plane])};
   }
 }
 
