@@ -180,9 +180,13 @@ def main():
     require_cuda("bench_depth_flow_projection")
     dain, dain_info = load_dain(args.dain_src, args.dain_build_dir)
     print("DAIN:", dain_info, flush=True)
-    rows = [bench_fp32(name, kind, dain) for name in args.shapes for kind in args.flows]
-    rows += [bench_half(name, kind, dtype) for dtype in (torch.float16, torch.bfloat16)
-             for name in args.shapes for kind in args.flows]
+    rows = []
+    for name in args.shapes:
+        for kind in args.flows:
+            # the 16-bit rows right after their fp32 row, so that a drift of the GPU's state
+            # during the run moves both sides of each 16-bit / fp32 ratio alike
+            rows.append(bench_fp32(name, kind, dain))
+            rows += [bench_half(name, kind, dtype) for dtype in (torch.float16, torch.bfloat16)]
     command = "python -m benchmarks.bench_depth_flow_projection --out " + args.out
     if args.dain_src:
         command += " --dain-src " + args.dain_src
