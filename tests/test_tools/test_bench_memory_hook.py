@@ -44,11 +44,7 @@ def test_hook_keeps_the_largest_peak_across_mmengine_resets(tmp_path, monkeypatc
     from mmengine.runner import get_priority
     assert get_priority(HOOKS.get('PeakMemoryHook').priority) < get_priority(LoggerHook.priority)
 
-    window_peaks_mb = iter([500, 800, 300])  # the peaks torch reports between two resets
     current = {}
-
-    def next_window():
-        current['mb'] = next(window_peaks_mb)
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     monkeypatch.setattr(torch.cuda, 'max_memory_allocated', lambda *a: current['mb'] * 2**20)
     monkeypatch.setattr(torch.cuda, 'max_memory_reserved', lambda *a: 2 * current['mb'] * 2**20)
@@ -56,8 +52,8 @@ def test_hook_keeps_the_largest_peak_across_mmengine_resets(tmp_path, monkeypatc
     class Runner:
         work_dir = str(tmp_path)
     hook = HOOKS.build(dict(type='PeakMemoryHook'))
-    for batch_idx in range(3):
-        next_window()
+    for batch_idx, mb in enumerate([500, 800, 300]):  # torch's peaks between two resets
+        current['mb'] = mb
         hook.after_train_iter(Runner(), batch_idx)
     hook.after_train(Runner())
     assert read_peaks(str(tmp_path)) == dict(cuda=True, allocated_mb=800, reserved_mb=1600)
