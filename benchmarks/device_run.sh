@@ -8,7 +8,8 @@
 # Each argument left out takes its default: TESTS `tests` (the whole suite; "" runs none),
 # BENCHES the four op benchmarks, SANITIZE every benchmarks/sanitize_*.py ("" runs none).
 # Benchmarks and sanitizer drivers are given as paths (benchmarks/bench_x.py) and run as modules.
-# Environment: OUT (default /tmp/out), PYTEST_WORKERS (default 8), DAIN_SRC (default .peers/dain), DEADLINE_S (default 570:
+# Environment: OUT (default /tmp/out), PYTEST_WORKERS (default 8), REDET_TEST_GPUS (spread the
+# test workers over that many GPUs: tests/conftest.py), DAIN_SRC (default .peers/dain), DEADLINE_S (default 570:
 # every step's time limit is cut so that the call ends by then; keep it under the call's limit).
 # What comes back under $OUT (at most 8 files): the benchmarks' JSON (<name>.json), summary.txt
 # and logs.tar.gz (every log: setup, build, DAIN build, benchmarks, tests, sanitizers).
@@ -72,7 +73,7 @@ sanitize() {
 for s in $SANITIZE; do for tool in memcheck racecheck; do sanitize "$s" $tool & done; done
 if [ -n "$TESTS" ]; then
   # SIGINT: pytest still prints its summary when the time limit cuts it
-  timeout -s INT "$(limit 900 15)" python3 -m pytest -q -rfE -n "${PYTEST_WORKERS:-8}" -p no:cacheprovider $TESTS > "$LOGS/tests.log" 2>&1
+  timeout -s INT "$(limit 900 15)" python3 -m pytest -q -rfE --durations=40 -n "${PYTEST_WORKERS:-8}" -p no:cacheprovider $TESTS > "$LOGS/tests.log" 2>&1
   say "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOGS/tests.log" | tail -30 | tee -a "$OUT/summary.txt"
 fi
 wait; cat "$LOGS"/*.summary 2>/dev/null | tee -a "$OUT/summary.txt"; rm -f "$LOGS"/*.summary

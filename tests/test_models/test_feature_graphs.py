@@ -192,6 +192,49 @@ def test_training_steps_match_eager():
     assert_same_state(eager, graphed)  # weights, running statistics, batches tracked
 
 
+class _Features(torch.nn.Module):
+    """A detector's backbone + neck as a module to wrap in DDP."""
+
+    def __init__(self, detector):
+        super().__init__()
+        self.detector = detector
+
+    def forward(self, x):
+        return features(self.detector, x)
+
+
+@CUDA
+def test_training_under_ddp_matches_eager(tmp_path):
+    """DDP keeps every parameter's gradient accumulator from its construction, on the default
+    stream. A capture that accumulated into them failed (tools/dist_train.sh: "operation would make
+    the legacy stream depend on a capturing blocking stream"). DDP sets them up at world size 1 too."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0,
+                            world_size=1)
+    try:
+        eager, graphed = build(device="cuda"), build(True, device="cuda")
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            _Features(graphed), device_ids=[torch.cuda.current_device()],
+            find_unused_parameters=True)  # (the heads get no gradient here)
+        runs = [(eager, lambda x: features(eager, x)), (graphed, ddp)]
+        optimizers = [torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for m, _ in runs]
+        for step in range(3):
+            x = seeded_input(step)
+            grads = []
+            for (model, run), optimizer in zip(runs, optimizers):
+                model.train()
+                optimizer.zero_grad()
+                total(run(x)).backward()
+                grads.append([p.grad for p in model.backbone.parameters()])
+                optimizer.step()
+            for a, b in zip(*grads):
+                torch.testing.assert_close(a, b, **TOL)
+        assert len(graphed.feature_graphs) == 1  # (served by the graph, not eagerly)
+        assert_same_state(eager, graphed)
+    finally:
+        dist.destroy_process_group()
+
+
 @CUDA
 def test_detector_loss_and_predict_match_eager():
     results = []

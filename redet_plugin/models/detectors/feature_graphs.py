@@ -129,19 +129,29 @@ class _TrainingGraph:
     raises."""
 
     def __init__(self, net: nn.Module, x: torch.Tensor, warmup: int):
-        self.params = tuple(p for p in net.parameters() if p.requires_grad)
+        named = [(name, p) for name, p in net.named_parameters() if p.requires_grad]
+        self.params = tuple(p for _, p in named)
         self.input = x.clone()
+        # The graphs differentiate with respect to aliases of the parameters (same storage, new
+        # autograd leaves). A parameter's own gradient accumulator can belong to another stream:
+        # DDP keeps the ones it made at construction, on the default stream, and a capture that
+        # accumulated into them would make the default stream wait on the capturing one (an error).
+        aliases = {name: p.detach().requires_grad_(True) for name, p in named}
+        leaves = tuple(aliases.values())
+
+        def forward():
+            return tuple(torch.func.functional_call(net, aliases, (self.input,)))
 
         def backward_of(outputs, grad_outputs):
-            return torch.autograd.grad(outputs, self.params, grad_outputs, allow_unused=True)
+            return torch.autograd.grad(outputs, leaves, grad_outputs, allow_unused=True)
 
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(warmup):  # cuDNN/cuBLAS set-up, outside the capture
-                outputs = tuple(net(self.input))
+                outputs = forward()
                 backward_of(outputs, [torch.ones_like(o) for o in outputs])
-        # Warm-up outputs kept alive keep the parameters' gradient accumulators made on the side
+        # Warm-up outputs kept alive keep the aliases' gradient accumulators made on the side
         # stream, and the capture (on another stream) would reuse them; torch warns when an
         # accumulator's stream differs from its producer's.
         del outputs
@@ -149,7 +159,7 @@ class _TrainingGraph:
         pool = torch.cuda.graph_pool_handle()
         self.forward_graph, self.backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.forward_graph, pool=pool, capture_error_mode=_CAPTURE_MODE):
-            self.outputs = tuple(net(self.input))
+            self.outputs = forward()
         self.grad_outputs = tuple(torch.empty_like(o) for o in self.outputs)
         with torch.cuda.graph(self.backward_graph, pool=pool, capture_error_mode=_CAPTURE_MODE):
             self.grads = backward_of(self.outputs, self.grad_outputs)
