@@ -93,6 +93,21 @@ def time_cuda(fn, repeats=60, warmup=5, queue_ahead=True):
     return statistics.median(time_one_call(fn, queue_ahead) for _ in range(repeats))
 
 
+def time_cuda_interleaved(fns, repeats=60, warmup=5, queue_ahead=True):
+    """{name: median milliseconds of fn()} for a dict of calls timed in turns, one call of each
+    per round (time_one_call): a drift of the GPU's state during the run then moves all of them
+    alike, as a ratio between them needs."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    torch.cuda.synchronize()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            times[name].append(time_one_call(fn, queue_ahead))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def back_to_back_us(fn, calls=200, warmup=10):
     """Wall microseconds per fn() call over `calls` calls in a row (no flush, one synchronisation
     at the end): the host's cost per call whenever it exceeds the GPU's."""

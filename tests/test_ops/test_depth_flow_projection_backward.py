@@ -159,3 +159,34 @@ def test_backward_op_names_a_bad_grad_output():
         backward(out.double(), flow, depth, out, count, 0.5, False, True)
     with pytest.raises(RuntimeError, match="grad_output and output must have the shape"):
         backward(out[:, :, 1:], flow, depth, out, count, 0.5, False, True)
+
+
+@CUDA
+@pytest.mark.parametrize("fill", [False, True])
+def test_cuda_sources_adding_no_weight_reach_holes(fill):
+    """Sources of inverse depth 0 land but add nothing to the count: where nothing else lands they
+    reach holes, and their inverse-depth gradient, -(G·S + S_w), must see zero terms there. An
+    earlier backward of the same size leaves other terms in the workspace the allocator hands out
+    again: a kernel that skipped the holes' terms would read those."""
+    height, width = 40, 70
+    g = torch.Generator().manual_seed(5)
+    flow = fractional(torch.zeros(1, 2, height, width, dtype=torch.float64), 6)
+    inverse = 0.5 + torch.rand(1, 1, height, width, generator=g, dtype=torch.float64)
+    right = torch.arange(width) >= width // 2
+    flow_far = flow.clone()
+    flow_far[:, 0, :, ~right] = -1000.0  # the left half leaves the image
+    inverse_far = inverse.clone()
+    inverse_far[..., right] = 0.0  # the right half stays, with weight 0: every pixel a hole
+    grad = torch.randn(1, 2, height, width, generator=g, dtype=torch.float64)
+
+    def grads(flow, inverse, device):
+        f = flow.to(device).requires_grad_()
+        w = inverse.to(device).requires_grad_()
+        out, _ = OP(f, w, 1.0, True, fill, True)
+        return torch.autograd.grad(out, (f, w), grad.to(device))
+
+    grads(flow, inverse, "cuda")  # terms everywhere, left in the freed workspace
+    cuda = grads(flow_far, inverse_far, "cuda")
+    cpu = grads(flow_far, inverse_far, "cpu")
+    assert not bool(cpu[1].any())  # nothing projected: no gradient
+    assert_close_to_scale(cuda, cpu, 1e-12)
