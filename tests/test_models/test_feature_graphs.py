@@ -172,24 +172,30 @@ def test_sync_batchnorm_and_frozen_models_run_eagerly(stand_ins):
 
 # ---- CUDA: graphs against eager -------------------------------------------------------------------
 
-@CUDA
-def test_training_steps_match_eager():
-    eager, graphed = build(device="cuda"), build(True, device="cuda")
-    optimizers = [torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for m in (eager, graphed)]
+def assert_training_steps_match(eager, graphed, run_graphed):
+    """Three SGD steps of both models (the graphed one through run_graphed) give the same
+    gradients, served by one graph, and the same weights and running statistics."""
+    runs = [(eager, lambda x: features(eager, x)), (graphed, run_graphed)]
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for m, _ in runs]
     for step in range(3):
-        x = torch.randn(2, 3, 64, 64, device="cuda")
+        x = seeded_input(step)
         grads = []
-        for model, optimizer in zip((eager, graphed), optimizers):
+        for (model, run), optimizer in zip(runs, optimizers):
             model.train()
             optimizer.zero_grad()
-            out = features(model, x)
-            total(out).backward()
+            total(run(x)).backward()
             grads.append([p.grad for p in model.backbone.parameters()])
             optimizer.step()
         for a, b in zip(*grads):
             torch.testing.assert_close(a, b, **TOL)
-    assert len(graphed.feature_graphs) == 1
+    assert len(graphed.feature_graphs) == 1  # (served by the graph, not eagerly)
     assert_same_state(eager, graphed)  # weights, running statistics, batches tracked
+
+
+@CUDA
+def test_training_steps_match_eager():
+    eager, graphed = build(device="cuda"), build(True, device="cuda")
+    assert_training_steps_match(eager, graphed, lambda x: features(graphed, x))
 
 
 class _Features(torch.nn.Module):
@@ -216,21 +222,7 @@ def test_training_under_ddp_matches_eager(tmp_path):
         ddp = torch.nn.parallel.DistributedDataParallel(
             _Features(graphed), device_ids=[torch.cuda.current_device()],
             find_unused_parameters=True)  # (the heads get no gradient here)
-        runs = [(eager, lambda x: features(eager, x)), (graphed, ddp)]
-        optimizers = [torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for m, _ in runs]
-        for step in range(3):
-            x = seeded_input(step)
-            grads = []
-            for (model, run), optimizer in zip(runs, optimizers):
-                model.train()
-                optimizer.zero_grad()
-                total(run(x)).backward()
-                grads.append([p.grad for p in model.backbone.parameters()])
-                optimizer.step()
-            for a, b in zip(*grads):
-                torch.testing.assert_close(a, b, **TOL)
-        assert len(graphed.feature_graphs) == 1  # (served by the graph, not eagerly)
-        assert_same_state(eager, graphed)
+        assert_training_steps_match(eager, graphed, ddp)
     finally:
         dist.destroy_process_group()
 
