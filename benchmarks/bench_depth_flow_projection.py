@@ -16,8 +16,11 @@ from ours. DAIN has fp32 kernels only: our fp16/bf16 are compared with our fp32.
 The goals are judged on `paired`: per case, the forward with filling and the backward of ours in
 fp32, fp16 and bf16 and of DAIN timed in turns, one call of each per round, so that a drift of
 the GPU during the run (at the smallest shape a call takes about 30 us, and rows timed one after
-the other differed by up to 20%) moves every side of a ratio alike. `results` keeps each row's
-own timings (diagnostic).
+the other differed by up to 20%) moves every side of a ratio alike. The paired forwards are also
+timed unchecked (check_depth=False): a checked call returns only after the GPU reached its depth
+check, and at the smallest shape its time then depends on how soon the host comes back from that
+wait; 16-bit against fp32 is judged both ways. `results` keeps each row's own timings
+(diagnostic).
 Usage (repo root): python -m benchmarks.bench_depth_flow_projection --out depth_flow_projection_h200.json
   [--dain-src DIR] [--dain-build-dir DIR]   (DIR: DAIN's depthflowprojection_cuda* sources)"""
 import argparse
@@ -51,6 +54,11 @@ class Dain:
 
     def __init__(self, ext):
         self.ext = ext
+
+    @staticmethod
+    def inputs(flow, depth):
+        """DAIN's inputs for our (flow, depth): the flow times t and the weight 1/depth."""
+        return (T * flow).contiguous(), (1.0 / depth).contiguous()
 
     def forward(self, flow_t, weight, fill):
         b, _, h, w = flow_t.shape
@@ -125,7 +133,7 @@ def bench_fp32(name, kind, dain):
     row["holes_fraction"] = (raw_count <= 0).float().mean().item()
 
     if dain is not None:
-        flow_t, weight = (T * flow).contiguous(), (1.0 / depth).contiguous()
+        flow_t, weight = dain.inputs(flow, depth)
         row["dain_forward_ms"] = time_cuda(lambda: dain.forward(flow_t, weight, False))
         row["dain_forward_fill_ms"] = time_cuda(lambda: dain.forward(flow_t, weight, True))
         dain_out, dain_count = dain.forward(flow_t, weight, False)
@@ -168,11 +176,13 @@ def paired_case(name, kind, dain):
         f, d = flow.to(dtype), depth.to(dtype)
         key = f"ours_{dtype_name(dtype)}"
         forward_fill[key] = lambda f=f, d=d: depth_flow_projection(f, d, T, fill_holes=True)
+        forward_fill[f"{key}_unchecked"] = lambda f=f, d=d: depth_flow_projection(
+            f, d, T, fill_holes=True, check_depth=False)
         f, d = f.clone().requires_grad_(True), d.clone().requires_grad_(True)
         backward[key] = autograd_backward(depth_flow_projection(f, d, T, fill_holes=False), (f, d),
                                           grad.to(dtype))
     if dain is not None:
-        flow_t, weight = (T * flow).contiguous(), (1.0 / depth).contiguous()
+        flow_t, weight = dain.inputs(flow, depth)
         forward_fill["dain"] = lambda: dain.forward(flow_t, weight, True)
         dain_out, dain_count = dain.forward(flow_t, weight, False)
         backward["dain"] = lambda: dain.backward(flow_t, weight, dain_count, dain_out, grad)
@@ -192,12 +202,18 @@ def goals(paired, dain_available):
                   ] if dain_available else None
         met[f"{goal}_{target}x_everywhere"] = not missed if dain_available else None
         met[f"{goal}_{target}x_missed_at"] = missed
-    slower = [f"{c['shape']} {c['flow']} {dtype} {what}"
-              for c in paired for what in ("forward_fill", "backward")
-              for dtype in ("float16", "bfloat16")
-              if c[f"{what}_ms"][f"ours_{dtype}"] > HALF_NOISE * c[f"{what}_ms"]["ours_float32"]]
-    met["half_precision_not_slower_than_fp32"] = not slower
-    met["half_precision_slower_than_fp32_at"] = slower
+    # 16-bit against fp32 as users call them (checked), and the forward's kernels alone
+    # (unchecked: at the smallest shape the checked call's time depends on how soon the host
+    # returns from its wait, whatever the dtype)
+    checks = {"": [("forward_fill", ""), ("backward", "")],
+              "_unchecked": [("forward_fill", "_unchecked")]}
+    for suffix, timings in checks.items():
+        slower = [f"{c['shape']} {c['flow']} {dtype} {what}{key}"
+                  for c in paired for what, key in timings for dtype in ("float16", "bfloat16")
+                  if c[f"{what}_ms"][f"ours_{dtype}{key}"]
+                  > HALF_NOISE * c[f"{what}_ms"][f"ours_float32{key}"]]
+        met[f"half_precision_not_slower_than_fp32{suffix}"] = not slower
+        met[f"half_precision_slower_than_fp32{suffix}_at"] = slower
     return met
 
 
