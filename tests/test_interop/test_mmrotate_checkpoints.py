@@ -1,8 +1,8 @@
 """mmrotate's ReDet checkpoints in our ReDet, and ours in mmrotate (mmrotate-dev 1.0.1).
 
 mmrotate's ReDet R50 (its own config, redet-le90_re50_refpn_1x_dota.py) gets our weights converted
-as tools/model_converters/redet_to_mmrotate.py does (a strict load), is trained one iteration by an
-mmengine Runner (which saves epoch_1.pth exactly as mmrotate's training does), and that file must
+as tools/model_converters/redet_to_mmrotate.py does (a strict load), is trained one iteration on the
+CPU by an mmengine Runner (which saves epoch_1.pth exactly as mmrotate's training does), and that file must
 load into our configs/redet/redet_re50_refpn_mmrotate_1x_dota.py with no manual step and give
 mmrotate's detections. mmcv's RiRoIAlignRotated has no CPU kernel, so on the CPU mmrotate's
 stage 2 runs ours with legacy_orientation=True (bit-compatible with mmcv's, tests/test_ops); the
@@ -28,6 +28,7 @@ from mmengine.device import get_device
 from mmengine.logging import HistoryBuffer
 from mmengine.registry import DefaultScope, init_default_scope
 from mmengine.runner import Runner, load_checkpoint
+from mmengine.runner import runner as mmengine_runner
 
 from tests._helpers import full_fp32
 
@@ -197,8 +198,12 @@ def mmrotate_checkpoint(theirs, dota_folder, tmp_path_factory):
         train_cfg=dict(by_epoch=True, max_epochs=1),
         optim_wrapper=cfg.optim_wrapper, param_scheduler=cfg.param_scheduler,
         default_hooks=cfg.default_hooks, randomness=dict(seed=0), log_level='WARNING')
-    runner.train()
-    theirs.cpu().eval()  # the Runner moved it to its device (a GPU where there is one)
+    # On the CPU on every machine: a GPU's backward is not deterministic, so the weights would
+    # change from run to run, and with them the near-ties that the final NMS may break either way
+    # between two models whose boxes differ in the last bit (seen once on the GPU machine).
+    with mock.patch.object(mmengine_runner, 'get_device', lambda: 'cpu'):
+        runner.train()
+    theirs.eval()
     init_default_scope('mmdet')
     return osp.join(work_dir, 'epoch_1.pth')
 
