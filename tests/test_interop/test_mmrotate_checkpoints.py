@@ -94,8 +94,23 @@ def predict(model, image: np.ndarray):
     return get_box_tensor(out.bboxes).cpu(), out.scores.cpu(), out.labels.cpu()
 
 
-# two models on a GPU: their kernels sum in different orders (cuDNN picks per model)
-GPU_TOLERANCE = dict(box_atol=1e-3, score_atol=1e-5)
+# Ours and mmrotate's model compute the same function with different kernels (e2cnn's filter
+# expansion, our fused RoI extractor) whose sums run in different orders, and cuDNN or oneDNN pick
+# per model, instruction set and thread count: on the CI machine's CPU they agree to 1.5e-5 in the
+# boxes and exactly in the scores, on the GPU machine (its CPU as well as its GPU) only to this.
+MODEL_TOLERANCE = dict(box_atol=1e-3, score_atol=1e-5)
+
+
+def nearest_of_label(i, labels, their_labels, score_diff, box_diff, free):
+    """What a failed match says of their detections of our detection i's label."""
+    same_label = torch.where(their_labels == labels[i])[0]
+    if len(same_label) == 0:
+        return 'they have none of that label'
+    k = int(same_label[(score_diff[i, same_label] / score_diff[i, same_label].max().clamp_min(1e-30)
+                        + box_diff[i, same_label] / box_diff[i, same_label].max().clamp_min(1e-30)
+                        ).argmin()])
+    return (f'their nearest of that label: {k}, |score diff| {float(score_diff[i, k]):.3g}, '
+            f'|box diff| {float(box_diff[i, k]):.3g}{"" if free[k] else " (already taken)"}')
 
 
 def assert_same_detections(ours, theirs, box_atol=1e-4, score_atol=1e-6):
@@ -114,9 +129,11 @@ def assert_same_detections(ours, theirs, box_atol=1e-4, score_atol=1e-6):
     cols, free = [], torch.ones(len(their_scores), dtype=torch.bool)
     for i in range(len(scores)):
         j = int(torch.where(free, cost[i], torch.full_like(cost[i], float('inf'))).argmin())
-        assert allowed[i, j] and free[j], (
-            f'our detection {i} (label {int(labels[i])}, score {float(scores[i]):.6g}, box '
-            f'{boxes[i].tolist()}) has no counterpart')
+        if not (allowed[i, j] and free[j]):
+            raise AssertionError(
+                f'our detection {i} (label {int(labels[i])}, score {float(scores[i]):.6g}, box '
+                f'{boxes[i].tolist()}) has no counterpart; '
+                + nearest_of_label(i, labels, their_labels, score_diff, box_diff, free))
         free[j] = False
         cols.append(j)
     rows, cols = torch.arange(len(scores)), torch.tensor(cols)
@@ -260,7 +277,7 @@ def test_load_checkpoint_strict_sets_every_weight(ours_loaded, mmrotate_checkpoi
 
 
 def test_same_detections_as_mmrotate(ours_loaded, theirs, image):
-    assert_same_detections(predict(ours_loaded, image), predict(theirs, image))
+    assert_same_detections(predict(ours_loaded, image), predict(theirs, image), **MODEL_TOLERANCE)
 
 
 def test_tools_test_py_runs_the_mmrotate_checkpoint(theirs, mmrotate_checkpoint, dota_folder,
@@ -289,8 +306,8 @@ test_evaluator = dict(outfile_prefix={str(tmp_path / 'Task1')!r})
     with open(out, 'rb') as f:
         (result,) = pickle.load(f)
     found = result['pred_instances']
-    tol = GPU_TOLERANCE if get_device() == 'cuda' else {}
-    assert_same_detections((found['bboxes'], found['scores'], found['labels']), expected, **tol)
+    assert_same_detections((found['bboxes'], found['scores'], found['labels']), expected,
+                           **MODEL_TOLERANCE)
 
 
 def test_imagenet_reresnet_checkpoint_loads_into_our_backbone(theirs, tmp_path):
@@ -430,4 +447,4 @@ def test_same_detections_as_mmrotate_with_mmcv_kernel_on_gpu(mmrotate_checkpoint
     with full_fp32():
         ours_found = predict(ours.cuda().eval(), image)
         theirs_found = predict(theirs.cuda().eval(), image)
-    assert_same_detections(ours_found, theirs_found, **GPU_TOLERANCE)
+    assert_same_detections(ours_found, theirs_found, **MODEL_TOLERANCE)
