@@ -248,15 +248,27 @@ __global__ void filled_terms_kernel(GradView<scalar_t> grad, const scalar_t* __r
 
 // ---- gather -----------------------------------------------------------------------------------
 
+// A reached pixel's record, addressed by its 32-bit row and column at each load. With the four
+// 64-bit indices formed up front (reached_pixels) the gather took 78 registers instead of 64, so
+// fewer blocks fit on a multiprocessor; against DAIN it was 8-11% slower in all 9 benchmark cases
+// (two H200 runs of 2026-12-01 against one of this version, DAIN's times alike in all three).
+template <typename acc_t>
+struct RecordedTerms {
+  const GradientTerms<acc_t>* __restrict__ records;
+  __device__ __forceinline__ GradientTerms<acc_t> at(int64_t b, int64_t plane, int width, int y,
+                                                     int x) const {
+    return load_terms(records + b * plane + static_cast<int64_t>(y) * width + x);
+  }
+};
+
 constexpr int kGatherRows = 2;  // source pixels per lane: a column of a 2-row strip
 
 // A warp takes 32 neighbouring source pixels of each row of a strip (lane = column), as the
 // scatter does; a lane has the records of all its reached pixels in flight together. Grid: x
 // over column groups (a warp each), y over the strips of the batch (one index division per strip).
-template <typename scalar_t, typename acc_t>
+template <typename scalar_t, typename acc_t, typename Records>
 __global__ void source_gradient_kernel(const scalar_t* __restrict__ flow,
-                                       const scalar_t* __restrict__ depth,
-                                       const GradientTerms<acc_t>* __restrict__ terms,
+                                       const scalar_t* __restrict__ depth, Records terms,
                                        int64_t batch, int height, int width, acc_t t,
                                        bool inverse_depth, scalar_t* __restrict__ grad_flow,
                                        scalar_t* __restrict__ grad_depth) {
@@ -276,7 +288,6 @@ __global__ void source_gradient_kernel(const scalar_t* __restrict__ flow,
       const int rows = min(kGatherRows, height - y0);
       const scalar_t* flow_x = flow + b * 2 * plane;
       const scalar_t* depth_b = depth + b * plane;
-      const GradientTerms<acc_t>* terms_b = terms + b * plane;
       acc_t gx[kGatherRows], gy[kGatherRows], w[kGatherRows];
       bool valid[kGatherRows];
 #pragma unroll
@@ -292,14 +303,15 @@ __global__ void source_gradient_kernel(const scalar_t* __restrict__ flow,
       bool landed[kGatherRows];
 #pragma unroll
       for (int r = 0; r < kGatherRows; ++r) {
-        ProjectionCorners c;
+        ProjectionCorners c{0, 0, 0, 0};
         landed[r] = r < rows && valid[r] &&
                     project_pixel(x, y0 + r, gx[r], gy[r], width, height, &c);
-        int64_t j[4];
-        if (landed[r]) reached_pixels(c, width, j);
+        // in the scatter's order: (L,T) (R,T) (L,B) (R,B)
+        const int ys[4] = {c.top, c.top, c.bottom, c.bottom};
+        const int xs[4] = {c.left, c.right, c.left, c.right};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          reached[r][k] = landed[r] ? load_terms(terms_b + j[k])
+          reached[r][k] = landed[r] ? terms.at(b, plane, width, ys[k], xs[k])
                                  : GradientTerms<acc_t>{acc_t(0), acc_t(0), acc_t(0), acc_t(0)};
         }
       }
@@ -355,8 +367,8 @@ void launch_flow_projection_backward(const GradView<scalar_t>& grad, const scala
   const int64_t strips = batch * ((height + kGatherRows - 1) / kGatherRows);
   const dim3 grid(column_blocks, static_cast<unsigned>(std::min<int64_t>(strips, 65535)));
   source_gradient_kernel<scalar_t, acc_t><<<grid, warps * kWarp, 0, stream>>>(
-      flow, depth, terms, batch, height, width, static_cast<acc_t>(t), inverse_depth, grad_flow,
-      grad_depth);
+      flow, depth, RecordedTerms<acc_t>{terms}, batch, height, width, static_cast<acc_t>(t),
+      inverse_depth, grad_flow, grad_depth);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
