@@ -53,15 +53,14 @@ REDET_HOST_DEVICE void add_terms(GradientTerms<acc_t>* sum, const GradientTerms<
   sum->w += t.w;
 }
 
-// The four pixels a source reached, in the scatter's order: (L,T) (R,T) (L,B) (R,B); indices
-// within the image's plane.
-REDET_HOST_DEVICE void reached_pixels(const ProjectionCorners& c, int width, int64_t* j) {
-  const int64_t top = static_cast<int64_t>(c.top) * width;
-  const int64_t bottom = static_cast<int64_t>(c.bottom) * width;
-  j[0] = top + c.left;
-  j[1] = top + c.right;
-  j[2] = bottom + c.left;
-  j[3] = bottom + c.right;
+// The rows and columns of the four pixels a source reached, in the scatter's order:
+// (L,T) (R,T) (L,B) (R,B).
+struct ReachedPixels {
+  int y[4], x[4];
+};
+
+REDET_HOST_DEVICE ReachedPixels reached_pixels(const ProjectionCorners& c) {
+  return {{c.top, c.top, c.bottom, c.bottom}, {c.left, c.right, c.left, c.right}};
 }
 
 // Step 2 for one source pixel, from S (the sum of its reached pixels' terms). A source that

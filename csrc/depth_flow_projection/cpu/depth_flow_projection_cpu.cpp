@@ -278,9 +278,10 @@ void source_gradient_cpu(const scalar_t* flow, const scalar_t* depth,
         ProjectionCorners c;
         const bool landed = valid && project_pixel(x, y, gx, gy, width, height, &c);
         if (landed) {
-          int64_t j[4];
-          reached_pixels(c, width, j);
-          for (int k = 0; k < 4; ++k) add_terms(&sum, terms_b[j[k]]);
+          const ReachedPixels p = reached_pixels(c);
+          for (int k = 0; k < 4; ++k) {
+            add_terms(&sum, terms_b[static_cast<int64_t>(p.y[k]) * width + p.x[k]]);
+          }
         }
         acc_t gfx, gfy, gw;
         source_gradient(landed, t, gx, gy, w, sum, &gfx, &gfy, &gw);

@@ -249,7 +249,7 @@ __global__ void filled_terms_kernel(GradView<scalar_t> grad, const scalar_t* __r
 // ---- gather -----------------------------------------------------------------------------------
 
 // A reached pixel's record, addressed by its 32-bit row and column at each load. With the four
-// 64-bit indices formed up front (reached_pixels) the gather took 78 registers instead of 64, so
+// 64-bit indices formed up front the gather took 78 registers instead of 64, so
 // fewer blocks fit on a multiprocessor; against DAIN it was 8-11% slower in all 9 benchmark cases
 // (two H200 runs of 2026-12-01 against one of this version, DAIN's times alike in all three).
 template <typename acc_t>
@@ -306,12 +306,10 @@ __global__ void source_gradient_kernel(const scalar_t* __restrict__ flow,
         ProjectionCorners c{0, 0, 0, 0};
         landed[r] = r < rows && valid[r] &&
                     project_pixel(x, y0 + r, gx[r], gy[r], width, height, &c);
-        // in the scatter's order: (L,T) (R,T) (L,B) (R,B)
-        const int ys[4] = {c.top, c.top, c.bottom, c.bottom};
-        const int xs[4] = {c.left, c.right, c.left, c.right};
+        const ReachedPixels p = reached_pixels(c);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          reached[r][k] = landed[r] ? terms.at(b, plane, width, ys[k], xs[k])
+          reached[r][k] = landed[r] ? terms.at(b, plane, width, p.y[k], p.x[k])
                                  : GradientTerms<acc_t>{acc_t(0), acc_t(0), acc_t(0), acc_t(0)};
         }
       }
