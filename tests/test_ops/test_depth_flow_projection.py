@@ -1,5 +1,7 @@
 """Depth-aware flow projection against the plain reference (tests/test_ops/_reference.py), with
 gradients checked by gradcheck and by direct finite differences."""
+import zlib
+
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -57,11 +59,14 @@ def ours_and_reference_grads(flow, depth, t, fill, inverse=False, check=True):
 @pytest.mark.parametrize("fill", [False, True])
 @pytest.mark.parametrize("shape", [(2, 9, 13), (1, 16, 5), (3, 7, 7)])
 def test_matches_reference(kind, fill, shape):
-    flow, depth = make_case(kind, *shape, seed=hash((kind, shape)) % 1000)
+    flow, depth = make_case(kind, *shape, seed=zlib.crc32(repr((kind, shape)).encode()) % 1000)
     ours, ref = ours_and_reference_grads(flow, depth, 0.6, fill)
     torch.testing.assert_close(ours[1], ref[1], rtol=1e-5, atol=1e-6)  # count (holes included)
+    # Rounding in the gradients' sums grows with the flow's size; where terms cancel to 0, ours and
+    # the float32 reference each keep their own noise.
+    atol = 2e-6 * max(1.0, flow.abs().max().item())
     for a, b in zip(ours[:1] + ours[2:], ref[:1] + ref[2:]):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=atol)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
