@@ -1,5 +1,9 @@
 """Test-session setup shared by every test folder."""
 import os
+import random
+import zlib
+
+import pytest
 
 # On a machine with several GPUs, REDET_TEST_GPUS=N gives pytest-xdist worker k the GPU k mod N
 # (its subprocesses inherit it). Set before any test touches CUDA: torch reads the variable when
@@ -19,6 +23,20 @@ if _workers > 1:
     _share = str(max(1, (os.cpu_count() or 1) // _workers))
     os.environ.setdefault('OMP_NUM_THREADS', _share)
     os.environ.setdefault('MKL_NUM_THREADS', os.environ['OMP_NUM_THREADS'])
-    import torch
 
+# numpy and torch read the thread settings above when they are imported.
+import numpy  # noqa: E402
+import torch  # noqa: E402
+
+if _workers > 1:
     torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
+
+
+@pytest.fixture(autouse=True)
+def _seed_each_test(request):
+    """Each test starts from its own fixed seed, so its random inputs do not depend on which tests
+    ran before it in the same process (xdist spreads them differently on every run)."""
+    seed = zlib.crc32(request.node.nodeid.encode())
+    random.seed(seed)
+    numpy.random.seed(seed)
+    torch.manual_seed(seed)
