@@ -25,7 +25,12 @@ DOTA_V1_CLASSES = ('plane', 'baseball-diamond', 'bridge', 'ground-track-field', 
 HEADER_PREFIXES = ('imagesource:', 'gsd:')
 
 
-class DOTAAnnotationError(ValueError):
+class DOTADataError(ValueError):
+    """The data set cannot be used as configured (no images, no object of the classes, ...); the
+    message names the folder or file. tools/train.py and tools/test.py print it as one line."""
+
+
+class DOTAAnnotationError(DOTADataError):
     """A DOTA annotation file (or its image) is malformed; the message names file and line."""
 
 
@@ -114,14 +119,20 @@ class DOTADataset(BaseDetDataset):
                                       "does not exist")
         if not self.ann_file:  # no annotations: every image, without instances
             paths = sorted(p for s in self.img_suffixes for p in glob.glob(osp.join(img_dir, f'*.{s}')))
+            if not paths:
+                raise DOTADataError(f'DOTADataset: no images (*.{{{",".join(self.img_suffixes)}}}) '
+                                    f'in {img_dir!r}')
             return [self._image_info(p, []) for p in paths]
         if not osp.isdir(self.ann_file):
             raise DOTAAnnotationError(f'DOTADataset: ann_file must be a folder of DOTA txt files, '
                                       f'{self.ann_file!r} is not a folder')
+        txts = sorted(glob.glob(osp.join(self.ann_file, '*.txt')))
+        if not txts:
+            raise DOTADataError(f'DOTADataset: no annotation files (*.txt) in {self.ann_file!r}')
         class_ids = {name: i for i, name in enumerate(self.metainfo['classes'])}
         unknown = Counter()  # class name -> objects dropped, over all files
         data_list = []
-        for txt in sorted(glob.glob(osp.join(self.ann_file, '*.txt'))):
+        for txt in txts:
             stem = osp.splitext(osp.basename(txt))[0]
             img_path = self._find_image(stem)
             if img_path is None:
@@ -132,6 +143,16 @@ class DOTADataset(BaseDetDataset):
             warnings.warn(f'DOTADataset: {count} object{"s" if count != 1 else ""} of unknown class '
                           f'{name!r} (not in metainfo.classes) {"were" if count != 1 else "was"} '
                           f'dropped ({self.ann_file})', DOTAAnnotationWarning)
+        # mmengine fails on an empty list with "need at least one array to concatenate"
+        if not data_list:
+            raise DOTADataError(f'DOTADataset: none of the {len(txts)} annotation files in '
+                                f'{self.ann_file!r} has its image in {img_dir!r}')
+        if not any(info['instances'] for info in data_list):
+            found = (f'its objects are of the classes {sorted(unknown)}' if unknown
+                     else 'its files hold no objects')
+            raise DOTADataError(f'DOTADataset: no annotations of the classes '
+                                f'{list(self.metainfo["classes"])} in {self.ann_file!r}: {found} '
+                                f'(check metainfo.classes)')
         return data_list
 
     def _parse_file(self, txt: str, class_ids: dict, unknown: Counter) -> List[dict]:
@@ -175,5 +196,9 @@ class DOTADataset(BaseDetDataset):
         """Drops images without non-ignored objects when filter_cfg.filter_empty_gt (training only)."""
         if self.test_mode or not self.filter_cfg or not self.filter_cfg.get('filter_empty_gt', False):
             return self.data_list
-        return [info for info in self.data_list
+        kept = [info for info in self.data_list
                 if any(not inst['ignore_flag'] for inst in info['instances'])]
+        if not kept:  # every object is difficult
+            raise DOTADataError(f'DOTADataset: no image in {self.ann_file!r} has an object that is '
+                                f'not difficult (ignored); set ignore_difficult=False to train on them')
+        return kept

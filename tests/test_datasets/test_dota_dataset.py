@@ -9,8 +9,8 @@ import torch
 from mmengine.registry import init_default_scope
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-from redet_plugin.datasets import (DOTA_V1_CLASSES, DOTAAnnotationError, DOTAAnnotationWarning, DOTADataset,
-                                   parse_dota_line)
+from redet_plugin.datasets import (DOTA_V1_CLASSES, DOTAAnnotationError, DOTAAnnotationWarning, DOTADataError,
+                                   DOTADataset, parse_dota_line)
 from redet_plugin.structures import RotatedBoxes
 
 CLASSES = ('plane', 'ship', 'small-vehicle')
@@ -174,3 +174,25 @@ def test_mmdet_pipeline_packs_rotated_boxes(tmp_path):
     assert sample.img_id == 'a' and sample.scale_factor == (2.0, 2.0)
     empty = ds[1]['data_samples']
     assert empty.gt_instances.bboxes.tensor.shape == (0, 5)
+
+
+def test_empty_data_sets_name_the_folder_and_the_cause(tmp_path):
+    """mmengine fails on an empty data set with 'need at least one array to concatenate'."""
+    (tmp_path / 'none' / 'images').mkdir(parents=True)
+    (tmp_path / 'none' / 'labelTxt').mkdir()
+    with pytest.raises(DOTADataError, match=r"no images \(\*\.\{png,jpg,tif,bmp\}\) in '.*none/images'"):
+        DOTADataset(data_root=str(tmp_path / 'none'), ann_file='', data_prefix=dict(img_path='images'),
+                    test_mode=True)
+    with pytest.raises(DOTADataError, match=r"no annotation files \(\*\.txt\) in '.*none/labelTxt'"):
+        build(tmp_path / 'none')
+    root = write_dota(tmp_path / 'good', GOOD)
+    with pytest.warns(DOTAAnnotationWarning), pytest.raises(
+            DOTADataError, match=r"no annotations of the classes \['bridge'\] in '.*labelTxt': its "
+                                 r"objects are of the classes \['harbor', 'plane', 'ship', 'small-vehicle'\]"):
+        build(root, metainfo=dict(classes=('bridge',)), test_mode=True)
+    with pytest.raises(DOTADataError, match="no annotations of the classes .* its files hold no objects"):
+        build(write_dota(tmp_path / 'blank', {'b': GOOD['b']}))
+    only_difficult = write_dota(tmp_path / 'difficult', {'d': ['1 1 9 1 9 5 1 5 ship 1']})
+    with pytest.raises(DOTADataError, match="no image in '.*labelTxt' has an object that is not difficult"):
+        build(only_difficult, filter_cfg=dict(filter_empty_gt=True))
+    assert len(build(only_difficult, filter_cfg=dict(filter_empty_gt=True), ignore_difficult=False)) == 1
