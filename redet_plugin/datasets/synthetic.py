@@ -203,8 +203,7 @@ def generate_synthetic_dota(root: str, num_train: int = 400, num_val: int = 100,
     if num_train < 0 or num_val < 0:
         raise ValueError(f'generate_synthetic_dota: num_train and num_val must be >= 0, '
                          f'got {num_train}, {num_val}')
-    params = dict(num_train=num_train, num_val=num_val, image_size=image_size, seed=seed,
-                  classes=list(classes))
+    params = synthetic_params(num_train, num_val, image_size, seed, classes)
     jobs = [('train', i) for i in range(num_train)] + [('val', i) for i in range(num_val)]
     for split in ('train', 'val'):
         for folder, ext in (('images', 'png'), ('labelTxt', 'txt')):
@@ -234,6 +233,23 @@ def _progress_bar(total: int):
     return tqdm(total=total, desc='synthetic DOTA', unit='img')
 
 
+def synthetic_params(num_train: int = 400, num_val: int = 100, image_size: int = 256, seed: int = 0,
+                     classes: Sequence[str] = SYNTHETIC_CLASSES, progress: bool = True) -> dict:
+    """The parameters that make a synthetic set (as its synthetic_meta.json records them), from
+    the arguments of ensure_synthetic_dota; `progress` changes nothing in the set."""
+    return dict(num_train=num_train, num_val=num_val, image_size=image_size, seed=seed,
+                classes=list(classes))
+
+
+def read_synthetic_params(root: str) -> Optional[dict]:
+    """The parameters of the synthetic set under `root`, None where there is none."""
+    meta = osp.join(root, _META_FILE)
+    if not osp.isfile(meta):
+        return None
+    with open(meta) as f:
+        return json.load(f)
+
+
 def ensure_synthetic_dota(root: str, num_train: int = 400, num_val: int = 100, image_size: int = 256,
                           seed: int = 0, classes: Sequence[str] = SYNTHETIC_CLASSES,
                           progress: bool = True) -> Optional[dict]:
@@ -241,11 +257,7 @@ def ensure_synthetic_dota(root: str, num_train: int = 400, num_val: int = 100, i
 
     Returns the parameters when it generated, None when the existing data set was kept.
     """
-    params = dict(num_train=num_train, num_val=num_val, image_size=image_size, seed=seed,
-                  classes=list(classes))
-    meta = osp.join(root, _META_FILE)
-    if osp.isfile(meta):
-        with open(meta) as f:
-            if json.load(f) == params:
-                return None
+    params = synthetic_params(num_train, num_val, image_size, seed, classes)
+    if read_synthetic_params(root) == params:
+        return None
     return generate_synthetic_dota(root, num_train, num_val, image_size, seed, classes, progress)

@@ -2,12 +2,13 @@
 import filecmp
 import os
 
+import cv2
 import numpy as np
 import pytest
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-from redet_plugin.datasets import (SYNTHETIC_CLASSES, DOTADataset, SyntheticDOTADataset, ensure_synthetic_dota,
-                                   generate_synthetic_dota)
+from redet_plugin.datasets import (SYNTHETIC_CLASSES, DOTADataError, DOTADataset, SyntheticDOTADataset,
+                                   ensure_synthetic_dota, generate_synthetic_dota)
 from redet_plugin.datasets.synthetic import generate_image
 
 
@@ -92,3 +93,20 @@ def test_large_images_hold_more_objects_of_the_same_size():
     _, large = generate_image(rng, 768, SYNTHETIC_CLASSES)
     assert len(large) > 8 >= len(small)
     assert max(max(w, h) for (_, _, w, h, _), _, _ in large) <= 80
+
+
+def test_one_folder_with_two_parameter_sets_at_once_is_refused(tmp_path):
+    """The train loader of a config with another image_size: the val loader regenerated the folder
+    under the train set's labels, silently."""
+    root = str(tmp_path / 'syn')
+    common = dict(data_root=root, ann_file='train/labelTxt/', data_prefix=dict(img_path='train/images/'))
+    train = SyntheticDOTADataset(**common, synthetic=dict(num_train=2, num_val=1, image_size=128, progress=False))
+    val = SyntheticDOTADataset(**common, synthetic=dict(num_train=2, num_val=1, image_size=128))  # same: fine
+    with pytest.raises(DOTADataError, match=r"'.*syn' is in use with the synthetic parameters \{.*'image_size': "
+                                            r"128.*\}; these are \{.*'image_size': 96.*\}"):
+        SyntheticDOTADataset(**common, synthetic=dict(num_train=2, num_val=1, image_size=96))
+    assert train.get_data_info(0)['width'] == 128  # the folder was left as it was
+    assert cv2.imread(str(tmp_path / 'syn/train/images/train_00000.png')).shape[0] == 128
+    del train, val  # no longer in use: other parameters regenerate the set, as documented
+    assert SyntheticDOTADataset(**common, synthetic=dict(num_train=2, num_val=1, image_size=96,
+                                                         progress=False)).get_data_info(0)['width'] == 96
