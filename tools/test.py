@@ -13,8 +13,9 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from 
 from mmengine.config import Config  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
 
-from tools._common import (add_runner_args, check_checkpoint_matches, check_data_folders,  # noqa: E402
-                           fail, load_config, parse_runner_args)
+from tools._common import (add_runner_args, check_checkpoint_matches, check_classes,  # noqa: E402
+                           check_data_folders, data_errors_in_one_line, fail, load_config,
+                           parse_runner_args)
 from tools._progress_hook import ProgressBarHook  # noqa: E402
 
 
@@ -51,12 +52,14 @@ def main(argv=None):
     cfg = build_config(args)
     check_data_folders(cfg, ('test_dataloader',))
     runner = Runner.from_cfg(cfg)
-    check_checkpoint_matches(runner.model, args.checkpoint)
-    runner.register_hook(ProgressBarHook(), priority='VERY_LOW')
-    if args.out:
-        from mmdet.evaluation import DumpDetResults
-        runner.test_evaluator.metrics.append(DumpDetResults(out_file_path=args.out))
-    metrics = runner.test()
+    checkpoint = check_checkpoint_matches(runner.model, args.checkpoint)
+    with data_errors_in_one_line():
+        check_classes(runner.model, runner.test_dataloader.dataset, checkpoint, args.checkpoint)
+        runner.register_hook(ProgressBarHook(), priority='VERY_LOW')
+        if args.out:
+            from mmdet.evaluation import DumpDetResults
+            runner.test_evaluator.metrics.append(DumpDetResults(out_file_path=args.out))
+        metrics = runner.test()
     if runner.rank == 0:  # for scripts (tools/demo_main.py) and for the record
         with open(osp.join(cfg.work_dir, 'test_metrics.json'), 'w') as f:
             json.dump(metrics, f, indent=1)

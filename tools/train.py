@@ -12,8 +12,9 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from 
 from mmengine.config import Config  # noqa: E402
 from mmengine.runner import Runner, find_latest_checkpoint  # noqa: E402
 
-from tools._common import (add_runner_args, check_checkpoint_matches, check_data_folders,  # noqa: E402
-                           fail, load_config, parse_runner_args)
+from tools._common import (add_runner_args, check_checkpoint_matches, check_classes,  # noqa: E402
+                           check_data_folders, data_errors_in_one_line, fail, load_config,
+                           parse_runner_args)
 
 
 def parse_args(argv=None):
@@ -24,7 +25,8 @@ def parse_args(argv=None):
     parser.add_argument('--resume', nargs='?', const='auto', default=None,
                         help="resume training: 'auto' (or no value) = from the latest checkpoint "
                         'in the work dir; or a checkpoint path')
-    parser.add_argument('--amp', action='store_true', help='mixed precision (AmpOptimWrapper)')
+    parser.add_argument('--amp', action='store_true',
+                        help='mixed precision (AmpOptimWrapper); needs a GPU')
     add_runner_args(parser)
     return parse_runner_args(parser, argv)
 
@@ -32,6 +34,9 @@ def parse_args(argv=None):
 def build_config(args) -> Config:
     cfg = load_config(args)
     if args.amp:
+        if not gpu_available():  # mmengine would only fail after building everything
+            fail('--amp needs a GPU (mixed precision runs on CUDA, NPU, MLU or MUSA devices); '
+                 'none is available')
         if cfg.optim_wrapper.get('type', 'OptimWrapper') != 'OptimWrapper':
             fail(f'--amp: expected optim_wrapper type OptimWrapper, got {cfg.optim_wrapper.type}')
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
@@ -42,7 +47,17 @@ def build_config(args) -> Config:
         if not osp.isfile(args.resume):
             fail(f'--resume: checkpoint {args.resume!r} does not exist')
         cfg.resume, cfg.load_from = True, args.resume
+    if cfg.get('load_from') and '://' not in cfg.load_from and not osp.isfile(cfg.load_from):
+        fail(f'load_from: checkpoint {cfg.load_from!r} does not exist')
     return cfg
+
+
+def gpu_available() -> bool:
+    """A device AmpOptimWrapper accepts."""
+    from mmengine.device import (is_cuda_available, is_mlu_available, is_musa_available,
+                                 is_npu_available)
+    return any(f() for f in (is_cuda_available, is_npu_available, is_mlu_available,
+                             is_musa_available))
 
 
 def main(argv=None):
@@ -52,9 +67,16 @@ def main(argv=None):
     runner = Runner.from_cfg(cfg)
     resume_from = cfg.load_from if cfg.resume and cfg.load_from else (
         find_latest_checkpoint(cfg.work_dir) if cfg.resume else None)
+    checkpoint = None
     if resume_from:
-        check_checkpoint_matches(runner.model, resume_from)
-    runner.train()
+        checkpoint = check_checkpoint_matches(runner.model, resume_from)
+    elif cfg.get('load_from') and '://' not in cfg.load_from:  # URLs: mmengine downloads them
+        # fine-tuning may change the heads; most weights must fit
+        check_checkpoint_matches(runner.model, cfg.load_from, strict=False)
+    with data_errors_in_one_line():
+        # a resumed run continues on its classes; a fine-tuned one may have others
+        check_classes(runner.model, runner.train_dataloader.dataset, checkpoint, resume_from)
+        runner.train()
 
 
 if __name__ == '__main__':

@@ -12,6 +12,7 @@ import torch
 from mmengine.config import Config
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
+from redet_plugin.datasets import DOTA_V1_CLASSES, DOTAAnnotationWarning
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'configs/redet/redet_re18_refpn_tiny_synthetic.py')
@@ -124,3 +125,110 @@ def test_checkpoint_from_a_different_model_is_refused(demo_run, tmp_path):
     torch.save({'state_dict': other.state_dict()}, tmp_path / 'other.pth')
     with pytest.raises(SystemExit, match=r'is from a different model: .*wrong shape.*fc_cls'):
         check_checkpoint_matches(model, str(tmp_path / 'other.pth'))
+
+
+def _tiny_options(data_root, loaders=('train_dataloader', 'val_dataloader', 'test_dataloader')):
+    """--cfg-options for the tiny config on a quick synthetic set under data_root, in one process."""
+    return [f'{loader}.{key}' for loader in loaders
+            for key in (f'dataset.data_root={data_root}/', *(f'dataset.{s}' for s in QUICK_SYNTHETIC),
+                        'num_workers=0', 'persistent_workers=False')] + ['train_cfg.max_epochs=1']
+
+
+DOTA_CLASSES = '[' + ','.join(DOTA_V1_CLASSES) + ']'  # a --cfg-options list
+
+
+def test_train_refuses_amp_without_a_gpu_before_building_anything(tmp_path, monkeypatch, capsys):
+    from tools.train import main
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    with pytest.raises(SystemExit, match=r'^error: --amp needs a GPU .*none is available$'):
+        main([TINY, '--amp', '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+              *_tiny_options(tmp_path / 'data')])
+    assert not osp.exists(tmp_path / 'data')  # refused before the Runner made the data set
+    with pytest.raises(SystemExit):
+        main(['--help'])
+    assert '--amp mixed precision (AmpOptimWrapper); needs a GPU' in ' '.join(capsys.readouterr().out.split())
+
+
+def test_train_names_a_missing_load_from(tmp_path):
+    from tools.train import main
+    with pytest.raises(SystemExit, match=r"^error: load_from: checkpoint '.*nonexist\.pth' does not exist$"):
+        main([TINY, '--work-dir', str(tmp_path / 'w'), '--cfg-options', *_tiny_options(tmp_path / 'data'),
+              f'load_from={tmp_path / "nonexist.pth"}'])
+
+
+def test_train_refuses_load_from_a_checkpoint_of_another_model(tmp_path):
+    """mmengine only warns about the missing keys and trains from scratch."""
+    from tools.train import main
+    torch.save({'state_dict': torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3)).state_dict()}, tmp_path / 'other.pth')
+    with pytest.raises(SystemExit, match=r"^error: checkpoint '.*other\.pth' is from a different model: "
+                                         r"\d+ missing, 2 unexpected"):
+        main([TINY, '--work-dir', str(tmp_path / 'w'), '--cfg-options', *_tiny_options(tmp_path / 'data'),
+              f'load_from={tmp_path / "other.pth"}'])
+    assert not osp.exists(tmp_path / 'w' / 'epoch_1.pth')
+
+
+def test_load_from_accepts_a_checkpoint_with_other_heads(tmp_path):
+    """Fine-tuning on other classes: only the classifier and regressor do not fit."""
+    from mmdet.registry import MODELS
+    from mmengine.registry import init_default_scope
+    from tools._common import check_checkpoint_matches
+    init_default_scope('mmdet')
+    cfg = Config.fromfile(TINY)
+    model = MODELS.build(cfg.model)
+    for head in cfg.model.roi_head.bbox_head:
+        head.num_classes = 7
+    torch.save({'state_dict': MODELS.build(cfg.model).state_dict()}, tmp_path / 'seven.pth')
+    check_checkpoint_matches(model, str(tmp_path / 'seven.pth'), strict=False)
+    with pytest.raises(SystemExit, match='wrong shape'):  # but it is not this model's own checkpoint
+        check_checkpoint_matches(model, str(tmp_path / 'seven.pth'))
+
+
+def test_test_refuses_a_data_set_of_other_classes(demo_run, tmp_path):
+    """A 5-class model scored against DOTA's 15 classes gave a wrong mAP without a word."""
+    from tools.test import main
+    _, work_dir, data_root = demo_run
+    args = ['--work-dir', str(tmp_path / 'w'), '--cfg-options', *_tiny_options(data_root, ('test_dataloader',)),
+            f'test_dataloader.dataset.metainfo.classes={DOTA_CLASSES}']
+    with pytest.raises(SystemExit, match=r"^error: checkpoint '.*epoch_1\.pth' was trained on 5 classes "
+                                         r"\['plane', 'ship', .*\], the data set has 15: \['plane', "
+                                         r"'baseball-diamond', .*\] \(set the data set's metainfo"):
+        main([TINY, osp.join(work_dir, 'epoch_1.pth'), *args])
+    checkpoint = torch.load(osp.join(work_dir, 'epoch_1.pth'), map_location='cpu')
+    torch.save({'state_dict': checkpoint['state_dict']}, tmp_path / 'no_meta.pth')  # classes not saved
+    with pytest.raises(SystemExit, match=r"^error: the model predicts 5 classes \(bbox head num_classes\), "
+                                         r"the data set has 15: \['plane', 'baseball-diamond'"):
+        main([TINY, str(tmp_path / 'no_meta.pth'), *args])
+    assert not osp.exists(tmp_path / 'w' / 'test_metrics.json')
+
+
+def test_train_refuses_a_data_set_of_other_classes_than_the_model(tmp_path):
+    from tools.train import main
+    with pytest.raises(SystemExit, match=r"^error: the model predicts 5 classes .*, the data set has 15"):
+        main([TINY, '--work-dir', str(tmp_path / 'w'), '--cfg-options', *_tiny_options(tmp_path / 'data'),
+              f'train_dataloader.dataset.metainfo.classes={DOTA_CLASSES}'])
+
+
+def test_tools_name_an_empty_data_set_in_one_line(demo_run, tmp_path):
+    """mmengine failed with 'need at least one array to concatenate'."""
+    from tools.test import main as test_main
+    from tools.train import main as train_main
+    _, work_dir, data_root = demo_run
+    no_class = r"^error: DOTADataset: no annotations of the classes \['bridge'\] in '.*labelTxt/?': its objects"
+    with pytest.warns(DOTAAnnotationWarning), pytest.raises(SystemExit, match=no_class):
+        train_main([TINY, '--work-dir', str(tmp_path / 'w'), '--cfg-options', *_tiny_options(data_root),
+                    'train_dataloader.dataset.metainfo.classes=[bridge]'])
+    with pytest.warns(DOTAAnnotationWarning), pytest.raises(SystemExit, match=no_class):
+        test_main([TINY, osp.join(work_dir, 'epoch_1.pth'), '--work-dir', str(tmp_path / 'w'), '--cfg-options',
+                   *_tiny_options(data_root, ('test_dataloader',)), 'test_dataloader.dataset.metainfo.classes=[bridge]'])
+
+
+def test_train_refuses_loaders_that_give_one_folder_other_synthetic_parameters(tmp_path):
+    """The val loader regenerated the folder under the train set's labels, silently."""
+    from tools.train import main
+    data_root = tmp_path / 'data'
+    with pytest.raises(SystemExit, match=r"^error: SyntheticDOTADataset: '.*data/' is in use with the synthetic "
+                                         r"parameters \{.*'image_size': 128.*\}; these are \{.*'image_size': 96"):
+        main([TINY, '--work-dir', str(tmp_path / 'w'), '--cfg-options', *_tiny_options(data_root),
+              'train_dataloader.dataset.synthetic.image_size=128'])
+    with open(data_root / 'synthetic_meta.json') as f:
+        assert json.load(f)['image_size'] == 128  # the train set's images, as loaded
