@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 1: installs what is missing, then runs the project's main job on the CPU:
 # the ops demo, then synthetic DOTA data -> train the tiny ReDet -> evaluate (mAP, pictures).
-# Extra arguments go to tools/demo_main.py (e.g. --quick, --work-dir DIR).
+# Extra arguments go to tools/demo_main.py (e.g. --quick, which works in work_dirs/demo_quick and
+# data/synthetic_dota_quick, or --work-dir DIR).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/tools/install.sh"

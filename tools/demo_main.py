@@ -10,10 +10,14 @@
 3. evaluates the last checkpoint on the val split (tools/test.py): per-class table, mAP@0.5,
    pictures of the rotated detections in <work-dir>/pictures, results in <work-dir>/results.pkl;
 4. plots the loss / mAP curves to <work-dir>/curves.png.
---quick runs the same path on a handful of small images for one short epoch (for CI).
+--quick runs the same path on a handful of small images for one short epoch (for CI), in
+work_dirs/demo_quick and data/synthetic_dota_quick unless told otherwise.
+A work dir keeps one run (its settings in demo_main.json) and a data root one synthetic set: the
+job refuses to resume from, or write over, a run or a set made with other settings.
 """
 import argparse
 import json
+import os
 import os.path as osp
 import subprocess
 import sys
@@ -22,6 +26,9 @@ import time
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 DEFAULT_CONFIG = osp.join(ROOT, 'configs/redet/redet_re18_refpn_tiny_synthetic.py')
+RECORD = 'demo_main.json'  # in the work dir: the settings of the run it holds
+
+from tools._common import fail  # noqa: E402
 
 
 def run(step: str, args: list) -> None:
@@ -31,18 +38,63 @@ def run(step: str, args: list) -> None:
         sys.exit(f'error: {step} failed (exit code {result.returncode})')
 
 
+def default_dirs(quick: bool):
+    """(work dir, data root): --quick has its own, so that it never touches the full run's."""
+    suffix = '_quick' if quick else ''
+    return (osp.join(ROOT, f'work_dirs/demo{suffix}'), osp.join(ROOT, f'data/synthetic_dota{suffix}'))
+
+
+def claim_work_dir(work_dir: str, settings: dict) -> None:
+    """Takes the work dir for a run of these settings: a stopped run of the same settings is
+    resumed, but another run's checkpoints are neither resumed from nor written over."""
+    record = osp.join(work_dir, RECORD)
+    if osp.isfile(record):
+        with open(record) as f:
+            saved = json.load(f)
+        if saved != settings:
+            kind = {True: 'a --quick run', False: 'a full run'}
+            what = (f'{kind[bool(saved.get("quick"))]}, this is {kind[settings["quick"]]}'
+                    if bool(saved.get('quick')) != settings['quick'] else
+                    f'a run with other {", ".join(k for k in settings if saved.get(k) != settings[k])}')
+            fail(f'--work-dir {work_dir} holds {what} (see its {RECORD}): give another --work-dir, '
+                 f'or delete it to start over')
+        return
+    if osp.isdir(work_dir) and os.listdir(work_dir):
+        fail(f'--work-dir {work_dir} is not empty and holds no run of this job (no {RECORD}: '
+             f'made by another tool, or before the job recorded its runs): give another '
+             f'--work-dir, or delete it to start over')
+    os.makedirs(work_dir, exist_ok=True)
+    with open(record, 'w') as f:
+        json.dump(settings, f, indent=1)
+
+
+def check_data_root(data_root: str, synthetic: dict) -> None:
+    """The data root holds this synthetic set, or nothing yet: another set (the full job's, a
+    --quick one) or other data must not be deleted to make room."""
+    from redet_plugin.datasets.synthetic import read_synthetic_params, synthetic_params
+    saved, wanted = read_synthetic_params(data_root), synthetic_params(**synthetic)
+    if saved is not None and saved != wanted:
+        fail(f'--data-root {data_root} holds a synthetic set made with {saved}, this run needs '
+             f'{wanted}: give another --data-root, or delete it to generate this one')
+    if saved is None and osp.isdir(data_root) and os.listdir(data_root):
+        fail(f'--data-root {data_root} is not empty and holds no synthetic set '
+             f'(no synthetic_meta.json): give another --data-root, or delete it')
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--config', default=DEFAULT_CONFIG)
-    parser.add_argument('--work-dir', default=osp.join(ROOT, 'work_dirs/demo'))
-    parser.add_argument('--data-root', default=osp.join(ROOT, 'data/synthetic_dota'))
+    parser.add_argument('--work-dir', help='default: work_dirs/demo (--quick: work_dirs/demo_quick)')
+    parser.add_argument('--data-root',
+                        help='default: data/synthetic_dota (--quick: data/synthetic_dota_quick)')
     parser.add_argument('--quick', action='store_true',
                         help='a few small images and iterations: checks the path, not the mAP')
     parser.add_argument('--cfg-options', nargs='+', default=[],
                         help='passed on to tools/train.py and tools/test.py')
     args = parser.parse_args(argv)
-    data_root = osp.abspath(args.data_root) + '/'
-    work_dir = osp.abspath(args.work_dir)
+    default_work_dir, default_data_root = default_dirs(args.quick)
+    data_root = osp.abspath(args.data_root or default_data_root) + '/'
+    work_dir = osp.abspath(args.work_dir or default_work_dir)
 
     from mmengine.config import Config
     from redet_plugin.datasets.synthetic import ensure_synthetic_dota
@@ -53,9 +105,8 @@ def main(argv=None):
     synthetic = dict(synthetic)
     if args.quick:
         synthetic.update(num_train=4, num_val=2, image_size=96)
-    # the config's SyntheticDOTADataset would make it on first use too; with the same parameters
-    if ensure_synthetic_dota(data_root, progress=not args.quick, **synthetic) is None:
-        print(f'synthetic data set already in {data_root}')
+    synthetic.pop('progress', None)
+    check_data_root(data_root, synthetic)
     options = []
     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         options.append(f'{loader}.dataset.data_root={data_root}')
@@ -66,6 +117,11 @@ def main(argv=None):
     if args.quick:
         options += ['train_cfg.max_epochs=1', 'train_cfg.val_interval=1']
     options += args.cfg_options
+    claim_work_dir(work_dir, dict(quick=args.quick, config=osp.abspath(args.config),
+                                  cfg_options=options))
+    # the config's SyntheticDOTADataset would make it on first use too; with the same parameters
+    if ensure_synthetic_dota(data_root, progress=not args.quick, **synthetic) is None:
+        print(f'synthetic data set already in {data_root}')
 
     start = time.time()
     run('train', ['tools/train.py', args.config, '--work-dir', work_dir, '--resume', 'auto',

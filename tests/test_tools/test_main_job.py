@@ -232,3 +232,84 @@ def test_train_refuses_loaders_that_give_one_folder_other_synthetic_parameters(t
               'train_dataloader.dataset.synthetic.image_size=128'])
     with open(data_root / 'synthetic_meta.json') as f:
         assert json.load(f)['image_size'] == 128  # the train set's images, as loaded
+
+
+class _Stopped(Exception):
+    """Raised instead of running tools/train.py: the tests below check what comes before."""
+
+
+@pytest.fixture
+def demo_main_until_train(monkeypatch, tmp_path):
+    """tools/demo_main.main with the repository root at tmp_path/repo, stopping at the train step."""
+    import tools.demo_main as demo_main
+
+    def stop(step, args):
+        raise _Stopped(args)
+    monkeypatch.setattr(demo_main, 'ROOT', str(tmp_path / 'repo'))
+    monkeypatch.setattr(demo_main, 'run', stop)
+    return demo_main.main
+
+
+def _full_run_in(work_dir, data_root):
+    """A full run's work dir and data set, as far as demo_main.py can tell (with files of theirs)."""
+    from redet_plugin.datasets.synthetic import synthetic_params
+    os.makedirs(work_dir)
+    os.makedirs(data_root)
+    with open(osp.join(work_dir, 'demo_main.json'), 'w') as f:
+        json.dump(dict(quick=False, config=TINY, cfg_options=[]), f)
+    with open(osp.join(data_root, 'synthetic_meta.json'), 'w') as f:
+        json.dump(synthetic_params(**Config.fromfile(TINY).train_dataloader.dataset.synthetic), f)
+    for folder in (work_dir, data_root):
+        with open(osp.join(folder, 'saved.txt'), 'w') as f:
+            f.write('the full run')
+
+
+def test_demo_main_quick_keeps_off_the_full_runs_folders(demo_main_until_train, tmp_path):
+    """--quick used the full run's work dir and data root: it resumed the full model, wrote over
+    its results and regenerated its data set."""
+    repo = tmp_path / 'repo'
+    _full_run_in(str(repo / 'work_dirs/demo'), str(repo / 'data/synthetic_dota'))
+    with pytest.raises(_Stopped) as stopped:
+        demo_main_until_train(['--quick', '--config', TINY])
+    args = stopped.value.args[0]
+    assert args[args.index('--work-dir') + 1] == str(repo / 'work_dirs/demo_quick')
+    assert f'train_dataloader.dataset.data_root={repo}/data/synthetic_dota_quick/' in args
+    assert len(os.listdir(repo / 'data/synthetic_dota_quick/train/images')) == 4
+    assert sorted(os.listdir(repo / 'work_dirs/demo')) == ['demo_main.json', 'saved.txt']
+    assert sorted(os.listdir(repo / 'data/synthetic_dota')) == ['saved.txt', 'synthetic_meta.json']
+
+
+def test_demo_main_refuses_folders_of_another_run(demo_main_until_train, tmp_path):
+    full_work, full_data = str(tmp_path / 'full_work'), str(tmp_path / 'full_data')
+    _full_run_in(full_work, full_data)
+    quick_data = str(tmp_path / 'quick_data')
+    with pytest.raises(SystemExit, match=r'^error: --work-dir .*full_work holds a full run, this is a --quick '
+                                         r'run \(see its demo_main.json\): give another --work-dir'):
+        demo_main_until_train(['--quick', '--config', TINY, '--work-dir', full_work, '--data-root', quick_data])
+    assert not osp.exists(quick_data)  # refused before generating anything
+    with pytest.raises(SystemExit, match=r"^error: --data-root .*full_data/ holds a synthetic set made with "
+                                         r"\{'num_train': 400, .*\}, this run needs \{'num_train': 4, "):
+        demo_main_until_train(['--quick', '--config', TINY, '--work-dir', str(tmp_path / 'new'),
+                               '--data-root', full_data])
+    assert not osp.exists(tmp_path / 'new')
+    with pytest.raises(_Stopped):  # a quick run of its own
+        demo_main_until_train(['--quick', '--config', TINY, '--work-dir', str(tmp_path / 'quick_work'),
+                               '--data-root', quick_data])
+    with pytest.raises(SystemExit, match=r'quick_work holds a --quick run, this is a full run'):
+        demo_main_until_train(['--config', TINY, '--work-dir', str(tmp_path / 'quick_work'),
+                               '--data-root', str(tmp_path / 'other_data')])
+    with pytest.raises(SystemExit, match=r'quick_work holds a run with other cfg_options'):
+        demo_main_until_train(['--quick', '--config', TINY, '--work-dir', str(tmp_path / 'quick_work'),
+                               '--data-root', quick_data, '--cfg-options', 'randomness.seed=1'])
+    with pytest.raises(SystemExit, match=r'full_data is not empty and holds no run of this job'):
+        demo_main_until_train(['--quick', '--config', TINY, '--work-dir', full_data, '--data-root', quick_data])
+    for folder in (full_work, full_data):
+        with open(osp.join(folder, 'saved.txt')) as f:
+            assert f.read() == 'the full run'
+
+
+def test_demo_main_resumes_its_own_run(demo_run, demo_main_until_train):
+    _, work_dir, data_root = demo_run
+    with pytest.raises(_Stopped) as stopped:
+        demo_main_until_train(['--quick', '--config', TINY, '--work-dir', work_dir, '--data-root', data_root])
+    assert stopped.value.args[0][2:6] == ['--work-dir', work_dir, '--resume', 'auto']
