@@ -9,11 +9,19 @@
 
 namespace redet {
 
-inline void check_feature_map(const at::Tensor& input, const char* op) {
-  TORCH_CHECK(input.dim() == 4, op, ": input must be a 4-D (N, C, H, W) tensor, got ",
+// A feature map: (N, C, H, W), floating, at least 1 x 1 (the kernels clamp reads onto the border
+// pixels, so an empty map would put them at pixel -1) and H * W < 2^31 (they index a plane with
+// int). `name` is how the user calls it.
+inline void check_feature_map(const at::Tensor& input, const char* op,
+                              const std::string& name = "input") {
+  TORCH_CHECK(input.dim() == 4, op, ": ", name, " must be a 4-D (N, C, H, W) tensor, got ",
               input.dim(), "-D with shape ", input.sizes());
-  TORCH_CHECK(at::isFloatingType(input.scalar_type()), op,
-              ": input must be float16, bfloat16, float32 or float64, got ", input.scalar_type());
+  TORCH_CHECK(at::isFloatingType(input.scalar_type()), op, ": ", name,
+              " must be float16, bfloat16, float32 or float64, got ", input.scalar_type());
+  TORCH_CHECK(input.size(2) >= 1 && input.size(3) >= 1 &&
+                  input.size(2) * input.size(3) < (int64_t(1) << 31),
+              op, ": ", name, " must be at least 1 x 1 with height * width < 2^31, got shape ",
+              input.sizes());
 }
 
 // First RoI rows that break the rules of common/roi_rows.h (-1 when none), by the rule broken: a

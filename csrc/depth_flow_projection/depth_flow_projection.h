@@ -64,9 +64,9 @@ inline void check_depth_flow_projection_backward_args(const at::Tensor& grad, co
   TORCH_CHECK(count.scalar_type() == flow_projection_acc_type(flow.scalar_type()), op,
               ": count must be ", flow_projection_acc_type(flow.scalar_type()), ", got ",
               count.scalar_type());
-  TORCH_CHECK(grad.scalar_type() == flow.scalar_type(), op,
-              ": grad_output must have the dtype of flow (", flow.scalar_type(), "), got ",
-              grad.scalar_type());
+  TORCH_CHECK(grad.scalar_type() == flow.scalar_type() && output.scalar_type() == flow.scalar_type(),
+              op, ": grad_output and output must have the dtype of flow (", flow.scalar_type(),
+              "), got ", grad.scalar_type(), " and ", output.scalar_type());
   TORCH_CHECK(grad.device() == flow.device() && output.device() == flow.device() &&
                   count.device() == flow.device(),
               op, ": all tensors must be on one device (", flow.device(), ")");

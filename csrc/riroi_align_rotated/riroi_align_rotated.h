@@ -1,9 +1,11 @@
 // RiRoIAlignRotated: argument checks and the per-level feature table shared by both backends.
 // Every entry point is multi-level; the single-level op is the one-level case (levels undefined).
 #pragma once
+#include <string>
 #include <vector>
 
 #include "common/checks.h"
+#include "riroi_align_rotated/riroi_geometry.h"
 
 namespace redet {
 
@@ -26,7 +28,8 @@ struct RiRoIOptions {
 
 inline void check_riroi_options(const RiRoIOptions& o, const char* op) {
   check_output_size(o.out_h, o.out_w, op);
-  TORCH_CHECK(o.num_samples >= 0, op, ": num_samples must be >= 0 (0 = adaptive), got ",
+  TORCH_CHECK(o.num_samples >= 0 && o.num_samples <= kMaxSamples, op,
+              ": num_samples must be in [0, ", kMaxSamples, "] (0 = adaptive), got ",
               o.num_samples);
   TORCH_CHECK(o.num_orientations >= 1, op, ": num_orientations must be >= 1, got ",
               o.num_orientations);
@@ -35,14 +38,14 @@ inline void check_riroi_options(const RiRoIOptions& o, const char* op) {
 // features: non-empty list of (N, C, H_l, W_l) maps with one dtype, device, N and C, where C is
 // a multiple of num_orientations. `name` is how the user calls them ("input" or "features").
 inline void check_riroi_features(at::TensorList features, int64_t num_orientations,
-                                 const char* name, const char* op) {
+                                 const std::string& name, const char* op) {
   TORCH_CHECK(!features.empty(), op, ": ", name, " must hold at least one feature map");
   TORCH_CHECK(features.size() <= kMaxFeatureLevels, op, ": at most ", kMaxFeatureLevels,
               " feature levels are supported, got ", features.size());
   const auto& first = features[0];
   for (size_t l = 0; l < features.size(); ++l) {
     const auto& f = features[l];
-    check_feature_map(f, op);
+    check_feature_map(f, op, features.size() == 1 ? name : name + ("[" + std::to_string(l) + "]"));
     TORCH_CHECK(f.scalar_type() == first.scalar_type() && f.device() == first.device(), op, ": ",
                 name, "[", l, "] must have the dtype and device of ", name, "[0] (",
                 first.scalar_type(), ", ", first.device(), "), got ", f.scalar_type(), ", ",
@@ -50,8 +53,6 @@ inline void check_riroi_features(at::TensorList features, int64_t num_orientatio
     TORCH_CHECK(f.size(0) == first.size(0) && f.size(1) == first.size(1), op, ": ", name, "[", l,
                 "] must have the batch size and channels of ", name, "[0] (", first.size(0),
                 ", ", first.size(1), "), got shape ", f.sizes());
-    TORCH_CHECK(f.size(2) * f.size(3) < (int64_t(1) << 31), op, ": ", name, "[", l,
-                "] is too large: H * W must be < 2^31, got ", f.sizes());
   }
   TORCH_CHECK(first.size(1) % num_orientations == 0, op, ": the channels of ", name, " (",
               first.size(1), ") must be a multiple of num_orientations (", num_orientations, ")");
@@ -82,9 +83,11 @@ inline void check_riroi_grad(const at::Tensor& grad, const at::Tensor& rois, int
                   grad.size(2) == o.out_h && grad.size(3) == o.out_w,
               op, ": grad_output must have shape (K, C, out_h, out_w) = (", rois.size(0), ", ",
               channels, ", ", o.out_h, ", ", o.out_w, "), got ", grad.sizes());
-  TORCH_CHECK(grad.device() == rois.device() && grad.scalar_type() == rois.scalar_type(), op,
-              ": grad_output and rois must have one dtype and device, got ", grad.scalar_type(),
-              " on ", grad.device(), " and ", rois.scalar_type(), " on ", rois.device());
+  TORCH_CHECK(grad.device() == rois.device() && grad.scalar_type() == rois.scalar_type() &&
+                  at::isFloatingType(grad.scalar_type()),
+              op, ": grad_output and rois must have one floating dtype and one device, got ",
+              grad.scalar_type(), " on ", grad.device(), " and ", rois.scalar_type(), " on ",
+              rois.device());
   TORCH_CHECK(rois.dim() == 2 && rois.size(1) == 6, op, ": rois must have shape (K, 6), got ",
               rois.sizes());
   TORCH_CHECK(channels % o.num_orientations == 0, op, ": channels (", channels,

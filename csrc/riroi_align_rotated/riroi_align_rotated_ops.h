@@ -54,6 +54,7 @@ inline void check_riroi_input_sizes(int64_t batch_size, at::IntArrayRef heights,
               kMaxFeatureLevels, " levels), got ", heights.size(), ", ", widths.size(), " and ",
               scales.size());
   for (size_t l = 0; l < num_levels; ++l) check_map_size(heights[l], widths[l], op, l);
+  check_spatial_scales(scales, num_levels, op);
 }
 
 template <RiRoIForwardLevels forward_levels>

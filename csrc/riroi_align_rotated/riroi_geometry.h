@@ -11,9 +11,10 @@
 namespace redet {
 
 constexpr double kTwoPi = 6.283185307179586;  // (double)(2 * M_PI), as the peer divides by it
-// Adaptive sampling (num_samples = 0) takes ceil(bin size) samples per bin side; the cap only
-// keeps absurd (finite) RoIs from overflowing int.
-constexpr int kMaxAdaptiveSamples = 1 << 12;
+// Samples per bin side: num_samples, or ceil(bin size) when it is 0 (adaptive). The cap (on
+// num_samples, checked at the op boundary; on the adaptive count, applied here) keeps
+// grid_h * grid_w within int, also for absurd (finite) RoIs.
+constexpr int kMaxSamples = 1 << 12;
 
 REDET_HOST_DEVICE int wrap_index(int i, int n) {
   i %= n;
@@ -69,8 +70,8 @@ REDET_HOST_DEVICE RiRoIGeometry<acc_t> riroi_geometry(const scalar_t* roi, acc_t
   } else {
     const float per_bin_h = ceilf(static_cast<float>(roi_h / static_cast<acc_t>(out_h)));
     const float per_bin_w = ceilf(static_cast<float>(roi_w / static_cast<acc_t>(out_w)));
-    g.grid_h = per_bin_h < kMaxAdaptiveSamples ? static_cast<int>(per_bin_h) : kMaxAdaptiveSamples;
-    g.grid_w = per_bin_w < kMaxAdaptiveSamples ? static_cast<int>(per_bin_w) : kMaxAdaptiveSamples;
+    g.grid_h = per_bin_h < kMaxSamples ? static_cast<int>(per_bin_h) : kMaxSamples;
+    g.grid_w = per_bin_w < kMaxSamples ? static_cast<int>(per_bin_w) : kMaxSamples;
   }
   g.count = static_cast<acc_t>(g.grid_h * g.grid_w);
   return g;
@@ -97,11 +98,12 @@ struct BilinearTaps {
 
 // The peer's border rules: a point more than one pixel outside the map reads 0 (returns false);
 // within one pixel of the border it is clamped onto the border row/column. Pixel centres are at
-// integer coordinates.
+// integer coordinates. Written as "not inside" so that a NaN point (a finite RoI whose size
+// overflows once scaled: inf - inf) reads nothing too, instead of an index cast from NaN.
 template <typename acc_t>
 REDET_HOST_DEVICE bool bilinear_taps(int height, int width, acc_t y, acc_t x, BilinearTaps<acc_t>* t) {
-  if (y < acc_t(-1) || y > static_cast<acc_t>(height) || x < acc_t(-1) ||
-      x > static_cast<acc_t>(width)) {
+  if (!(y >= acc_t(-1) && y <= static_cast<acc_t>(height) && x >= acc_t(-1) &&
+        x <= static_cast<acc_t>(width))) {
     return false;
   }
   if (y <= acc_t(0)) y = 0;

@@ -24,6 +24,11 @@ inline void check_roi_pool_backward(const at::Tensor& grad, const at::Tensor& ro
   TORCH_CHECK(batch_size >= 0 && channels >= 0, op, ": batch_size and channels must be >= 0, got ",
               batch_size, " and ", channels);
   check_map_size(height, width, op);
+  TORCH_CHECK(rois.dim() == 2 && rois.size(1) == 5, op,
+              ": rois must have shape (K, 5) = (batch_index, x1, y1, x2, y2), got ", rois.sizes());
+  TORCH_CHECK(at::isFloatingType(grad.scalar_type()) && rois.scalar_type() == grad.scalar_type(),
+              op, ": grad_output must be floating and rois of its dtype, got ", grad.scalar_type(),
+              " and ", rois.scalar_type());
   TORCH_CHECK(grad.dim() == 4 && grad.size(0) == rois.size(0) && grad.size(1) == channels, op,
               ": grad_output must have shape (K, C, pooled_h, pooled_w) = (", rois.size(0), ", ",
               channels, ", ...), got ", grad.sizes());

@@ -16,8 +16,8 @@ Detections = Tuple[str, np.ndarray, np.ndarray, np.ndarray]  # id, boxes (N, 5),
 
 def merge_patch_detections(per_patch: Sequence[Detections], iou_thr: float = 0.1) -> List[Detections]:
     """Groups patch detections by full image, shifts them into its coordinates and runs
-    class-wise rotated NMS (mmcv.ops.nms_rotated) at `iou_thr`. Images keep first-seen order."""
-    from mmcv.ops import nms_rotated
+    class-wise rotated NMS (mmcv.ops.nms_rotated) at `iou_thr`. Images keep first-seen order;
+    each image's detections come out by descending score."""
     grouped = OrderedDict()
     for img_id, boxes, scores, labels in per_patch:
         name, rate, left, top = parse_patch_id(img_id)
@@ -32,10 +32,19 @@ def merge_patch_detections(per_patch: Sequence[Detections], iou_thr: float = 0.1
     merged = []
     for name, (boxes, scores, labels) in grouped.items():
         boxes, scores, labels = np.concatenate(boxes), np.concatenate(scores), np.concatenate(labels)
-        if len(boxes):
-            _, keep = nms_rotated(torch.from_numpy(boxes), torch.from_numpy(scores), iou_thr,
-                                  labels=torch.from_numpy(labels))
-            keep = keep.numpy()
-            boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
-        merged.append((name, boxes, scores, labels))
+        keep = np.concatenate([np.zeros(0, dtype=np.int64)] + [
+            _rotated_nms_keep(boxes, scores, np.flatnonzero(labels == label), iou_thr)
+            for label in np.unique(labels)])
+        keep = keep[np.argsort(-scores[keep], kind='stable')]
+        merged.append((name, boxes[keep], scores[keep], labels[keep]))
     return merged
+
+
+def _rotated_nms_keep(boxes: np.ndarray, scores: np.ndarray, members: np.ndarray,
+                      iou_thr: float) -> np.ndarray:
+    """Indices (into boxes) that rotated NMS keeps among `members`: one class at a time, since
+    mmcv 2.1's CPU nms_rotated ignores its `labels` argument (it would suppress across classes)."""
+    from mmcv.ops import nms_rotated
+    _, keep = nms_rotated(torch.from_numpy(boxes[members]), torch.from_numpy(scores[members]),
+                          iou_thr)
+    return members[keep.numpy()]

@@ -36,6 +36,24 @@ def as_int(value, name: str, op: str) -> int:
     return int(value)
 
 
+def require_tensors(op: str, **tensors) -> None:
+    """A TypeError naming the first argument that is not a tensor (None, a list, an array)."""
+    for name, value in tensors.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a tensor, got {type(value).__name__}")
+
+
+def require_one_device(op: str, **tensors: torch.Tensor) -> None:
+    """For the fake kernels: a RuntimeError naming the first tensor on another device than the
+    first one. Without it a call mixing a meta tensor with real ones would run the fake kernel
+    and return uninitialised real memory (the C++ kernels check this themselves)."""
+    (first_name, first), *others = tensors.items()
+    for name, tensor in others:
+        torch._check(tensor.device == first.device,
+                     lambda: f"{op}: {name} must be on the device of {first_name} "
+                             f"({first.device}), got {tensor.device}")
+
+
 def rois_with_batch_index(rois: Union[torch.Tensor, List[torch.Tensor]], box_dim: int,
                           op: str) -> torch.Tensor:
     """A (K, 1 + box_dim) tensor passes through (the op checks it); a list of per-image

@@ -35,13 +35,14 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import as_float
+from ._common import as_float, require_one_device, require_tensors
 
 OP = "depth_flow_projection"
 
 if _ext.is_loaded():
     @torch.library.register_fake("redet::depth_flow_projection")
     def _projection_fake(flow, depth, t, inverse_depth=False, fill_holes=True, check_depth=True):
+        require_one_device(OP, flow=flow, depth=depth)
         torch._check(flow.dim() == 4 and flow.shape[1] == 2,
                      lambda: f"{OP}: flow must have shape (B, 2, H, W), got {tuple(flow.shape)}")
         count_dtype = torch.float64 if flow.dtype == torch.float64 else torch.float32
@@ -51,6 +52,8 @@ if _ext.is_loaded():
 
     @torch.library.register_fake("redet::_depth_flow_projection_backward")
     def _projection_backward_fake(grad, flow, depth, output, count, t, inverse_depth, fill_holes):
+        require_one_device("_depth_flow_projection_backward", flow=flow, grad_output=grad,
+                           depth=depth, output=output, count=count)
         return (torch.empty_like(flow, memory_format=torch.contiguous_format),
                 torch.empty_like(depth, memory_format=torch.contiguous_format))
 
@@ -73,6 +76,7 @@ def depth_flow_projection(flow: torch.Tensor, depth: Optional[torch.Tensor] = No
     if (depth is None) == (inverse_depth is None):
         raise ValueError(f"{OP}: give exactly one of depth and inverse_depth")
     given = depth if depth is not None else inverse_depth
+    require_tensors(OP, flow=flow, **{"depth" if depth is not None else "inverse_depth": given})
     if not isinstance(fill_holes, bool):
         raise TypeError(f"{OP}: fill_holes must be a bool, got {fill_holes!r}")
     _ext.require(OP, flow, given)

@@ -33,7 +33,8 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import as_float, as_int, output_size_pair, rois_with_batch_index
+from ._common import (as_float, as_int, output_size_pair, require_one_device, require_tensors,
+                      rois_with_batch_index)
 
 OP = "riroi_align_rotated"
 MULTI_OP = "riroi_align_rotated_multilevel"
@@ -42,6 +43,7 @@ if _ext.is_loaded():
     @torch.library.register_fake("redet::riroi_align_rotated")
     def _forward_fake(input, rois, spatial_scale, output_height, output_width, num_samples,
                       num_orientations, clockwise, legacy_orientation):
+        require_one_device(OP, input=input, rois=rois)
         torch._check(input.dim() == 4, lambda: f"{OP}: input must be 4-D")
         torch._check(rois.dim() == 2 and rois.shape[1] == 6, lambda: f"{OP}: rois must be (K, 6)")
         return input.new_empty((rois.shape[0], input.shape[1], output_height, output_width))
@@ -49,12 +51,15 @@ if _ext.is_loaded():
     @torch.library.register_fake("redet::_riroi_align_rotated_backward")
     def _backward_fake(grad, rois, spatial_scale, num_samples, num_orientations, clockwise,
                        legacy_orientation, batch_size, channels, height, width):
+        require_one_device("_riroi_align_rotated_backward", grad_output=grad, rois=rois)
         return grad.new_empty((batch_size, channels, height, width))
 
     @torch.library.register_fake("redet::riroi_align_rotated_multilevel")
     def _multilevel_fake(features, rois, levels, spatial_scales, output_height, output_width,
                          num_samples, num_orientations, clockwise, legacy_orientation):
         torch._check(len(features) > 0, lambda: f"{MULTI_OP}: features must not be empty")
+        require_one_device(MULTI_OP, **{f"features[{i}]": f for i, f in enumerate(features)},
+                           rois=rois, levels=levels)
         torch._check(rois.dim() == 2 and rois.shape[1] == 6,
                      lambda: f"{MULTI_OP}: rois must be (K, 6)")
         first = features[0]
@@ -64,6 +69,8 @@ if _ext.is_loaded():
     def _multilevel_backward_fake(grad, rois, levels, spatial_scales, num_samples,
                                   num_orientations, clockwise, legacy_orientation, batch_size,
                                   channels, heights, widths):
+        require_one_device("_riroi_align_rotated_multilevel_backward", grad_output=grad,
+                           rois=rois, levels=levels)
         return [grad.new_empty((batch_size, channels, h, w)) for h, w in zip(heights, widths)]
 
     # Autograd (double backward included), in C++ so that a call costs no Python round trip:
@@ -86,6 +93,7 @@ def riroi_align_rotated(input: torch.Tensor, rois: Union[torch.Tensor, List[torc
     rois: (K, 6) = (batch_index, cx, cy, w, h, theta), or a list of per-image (Ki, 5) boxes. Bad
     input raises (see the module docstring for when on CUDA).
     """
+    require_tensors(OP, input=input)
     rois = rois_with_batch_index(rois, 5, OP)
     out_h, out_w = output_size_pair(output_size, OP)
     scale = as_float(spatial_scale, "spatial_scale", OP)
@@ -108,6 +116,11 @@ def riroi_align_rotated_multilevel(features: Sequence[torch.Tensor], rois: torch
     if not isinstance(features, (list, tuple)):
         raise TypeError(f"{MULTI_OP}: features must be a list of tensors, got "
                         f"{type(features).__name__}")
+    require_tensors(MULTI_OP, **{f"features[{i}]": f for i, f in enumerate(features)}, rois=rois,
+                    levels=levels)
+    if not isinstance(spatial_scales, (list, tuple)):
+        raise TypeError(f"{MULTI_OP}: spatial_scales must be a list of numbers (one per level), "
+                        f"got {type(spatial_scales).__name__}")
     scales = [as_float(s, "spatial_scales[i]", MULTI_OP) for s in spatial_scales]
     out_h, out_w = output_size_pair(output_size, MULTI_OP)
     options = _options(num_samples, num_orientations, clockwise, legacy_orientation, MULTI_OP)

@@ -19,19 +19,22 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import as_float, output_size_pair, rois_with_batch_index
+from ._common import (as_float, output_size_pair, require_one_device, require_tensors,
+                      rois_with_batch_index)
 
 OP = "roi_pool"
 
 if _ext.is_loaded():
     @torch.library.register_fake("redet::roi_pool")
     def _roi_pool_fake(input, rois, spatial_scale, pooled_height, pooled_width):
+        require_one_device(OP, input=input, rois=rois)
         torch._check(input.dim() == 4, lambda: "roi_pool: input must be 4-D")
         shape = (rois.shape[0], input.shape[1], pooled_height, pooled_width)
         return input.new_empty(shape), input.new_empty(shape, dtype=torch.int32)
 
     @torch.library.register_fake("redet::_roi_pool_backward")
     def _roi_pool_backward_fake(grad, rois, argmax, batch_size, channels, height, width):
+        require_one_device("_roi_pool_backward", grad_output=grad, rois=rois, argmax=argmax)
         return grad.new_empty((batch_size, channels, height, width))
 
     # Autograd (double backward included): csrc/roi_pool/roi_pool_autograd.cpp (in C++, so a call
@@ -45,6 +48,7 @@ def roi_pool(input: torch.Tensor, rois: Union[torch.Tensor, List[torch.Tensor]],
     rois: (K, 5) = (batch_index, x1, y1, x2, y2), or a list of per-image (Ki, 4) boxes. Bad input
     raises (see the module docstring for when on CUDA).
     """
+    require_tensors(OP, input=input)
     rois = rois_with_batch_index(rois, 4, OP)
     pooled_h, pooled_w = output_size_pair(output_size, OP)
     scale = as_float(spatial_scale, "spatial_scale", OP)

@@ -105,3 +105,16 @@ def test_merge_maps_patch_detections_back_and_removes_duplicates(dota_folder):
     dist = torch.cdist(torch.from_numpy(merged_boxes[:, :2]).float(), boxes[:, :2])
     assert dist.min(dim=1).values.max() < 0.1
     assert len(merged[1][1]) == 0
+
+
+def test_merge_suppresses_within_a_class_only():
+    # The same box found as class 0 in two patches and as class 3 in one: one box per class stays
+    # (mmcv's CPU nms_rotated ignores labels, so a merge that relied on them lost class 3).
+    box = np.array([[40., 50., 30., 12., 0.3]])
+    per_patch = [(patch_id('P0001', 1.0, 0, 0), box, np.array([0.9]), np.array([0])),
+                 (patch_id('P0001', 1.0, 10, 0), box - [10, 0, 0, 0, 0], np.array([0.7]), np.array([0])),
+                 (patch_id('P0001', 1.0, 0, 0), box, np.array([0.8]), np.array([3]))]
+    (name, boxes, scores, labels), = merge_patch_detections(per_patch, iou_thr=0.1)
+    assert name == 'P0001' and labels.tolist() == [0, 3]
+    np.testing.assert_allclose(scores, [0.9, 0.8])
+    np.testing.assert_allclose(boxes, np.concatenate([box, box]).astype(np.float32))

@@ -319,7 +319,7 @@ def test_bad_inputs_name_the_argument():
         depth_flow_projection(flow, inverse_depth=-depth)
     with pytest.raises(ValueError, match="exactly one of depth and inverse_depth"):
         depth_flow_projection(flow, depth, inverse_depth=depth)
-    with pytest.raises(RuntimeError, match="Expected a value of type 'Tensor' for argument 'flow'"):
+    with pytest.raises(TypeError, match="flow must be a tensor, got ndarray"):
         depth_flow_projection(flow.numpy(), depth)
     with pytest.raises(RuntimeError, match="flow must be float16"):
         depth_flow_projection(flow.long(), depth.long())

@@ -155,7 +155,7 @@ def test_backward_op_names_a_bad_grad_output():
     flow, depth = exact_hole_case(1, 5, 6, seed=1)
     out, count = OP(flow, depth, 0.5, False, True, True)
     backward = torch.ops.redet._depth_flow_projection_backward
-    with pytest.raises(RuntimeError, match="grad_output must have the dtype of flow"):
+    with pytest.raises(RuntimeError, match="grad_output and output must have the dtype of flow"):
         backward(out.double(), flow, depth, out, count, 0.5, False, True)
     with pytest.raises(RuntimeError, match="grad_output and output must have the shape"):
         backward(out[:, :, 1:], flow, depth, out, count, 0.5, False, True)

@@ -380,7 +380,7 @@ def test_bad_rois_are_named(bad_rois, message):
     (dict(output_size=0), "output_size must be positive"),
     (dict(output_size=(2, -1)), "output_size must be positive"),
     (dict(spatial_scale=0.0), "spatial_scale must be a positive"),
-    (dict(num_samples=-1), "num_samples must be >= 0"),
+    (dict(num_samples=-1), r"num_samples must be in \[0, 4096\]"),
     (dict(num_orientations=0), "num_orientations must be >= 1"),
     (dict(num_orientations=3), r"channels of input \(16\) must be a multiple of num_orientations \(3\)"),
 ])
@@ -392,7 +392,7 @@ def test_bad_arguments_are_named(kwargs, message):
 
 
 @pytest.mark.parametrize("args, message", [
-    ((0.5, 2, 2, -1, 8, False, False), "num_samples must be >= 0"),
+    ((0.5, 2, 2, -1, 8, False, False), r"num_samples must be in \[0, 4096\]"),
     ((0.5, 2, 2, 0, 0, False, False), "num_orientations must be >= 1"),
     ((0.5, 0, 2, 0, 8, False, False), "output_size must be positive"),
     ((0.0, 2, 2, 0, 8, False, False), "spatial_scale must be a positive"),
