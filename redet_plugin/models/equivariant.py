@@ -83,12 +83,17 @@ class CachedFilterR2Conv(enn.R2Conv):
     every other model in the process. Each conv here gets its own copy of the sampled numbers.
 
     e2cnn keeps the expanded filter (and bias) as buffers: a zero one from construction, a real one
-    after eval(). As persistent buffers they would make checkpoints depend on the mode they were
-    saved in (and a strict load into an eval-mode model fail), and hold a dense copy of every
-    filter in train mode. The eval-mode filter is computed without autograd: a buffer holding a
-    graph keeps that graph alive and cannot be deep-copied. It is expanded again only when the
-    weights changed (in place, replaced or converted), also by eval() (e2cnn's would keep a stale
-    one), and kept through train() where the weights are frozen.
+    after eval(). Here they are plain attributes, expanded again when the module is moved or
+    converted (_apply), and in neither state_dict nor buffers(): a state_dict would depend on the mode it was saved in
+    (and a strict load into an eval-mode model fail), and buffers() would list other tensors in
+    each mode (mmengine's EMA pairs a copy's buffers with the model's by position). Train mode
+    holds no dense copy of the filters. The eval-mode filter is computed without autograd: a
+    tensor holding a graph keeps that graph alive and cannot be deep-copied. It is expanded again
+    only when the weights changed, also by eval() (e2cnn's would keep a stale one), and kept
+    through train() where the weights are frozen. "Changed" includes writes through `.data`,
+    which torch does not count (mmdet's MeanTeacherHook and mmengine's EMA update weights so):
+    the weights the filter was expanded from are kept and compared (one host synchronisation per
+    kept conv and train()/eval() call).
     """
 
     _CACHE = ("filter", "expanded_bias")
@@ -98,6 +103,7 @@ class CachedFilterR2Conv(enn.R2Conv):
         _own_basis(self.basisexpansion, like=self.weights)
         self._drop_cache()
         self._cache_of = None  # the weights' state its eval-mode filter was expanded from
+        self._cache_weights = None  # and the weights themselves (see the docstring)
         self.register_load_state_dict_pre_hook(_ignore_saved_cache)
         # an eval-mode conv must not keep running with the filter of the weights before loading
         self.register_load_state_dict_post_hook(_refresh_after_load)
@@ -114,16 +120,34 @@ class CachedFilterR2Conv(enn.R2Conv):
         # in eval(), and in train() when the weights are frozen. mmengine's loops call
         # model.train() every iteration, which sent frozen stages (put straight back in eval)
         # through a new expansion each time, into new tensors.
-        frozen = not any(p.requires_grad for p in self._expanded_from())
-        if self._cache_is_current() and (not mode or frozen):
+        keep = not mode or not any(p.requires_grad for p in self._expanded_from())
+        if keep and self._cache_is_current():
             return nn.Module.train(self, mode)
         self._drop_cache()
         self.training = True  # (e2cnn's train(False) expands only when leaving training)
         with torch.no_grad():
             super().train(mode)
-        self._non_persistent_buffers_set.update(self._CACHE)
+        for name in self._CACHE:  # e2cnn registered them as buffers
+            if name in self._buffers:
+                setattr(self, name, self._buffers.pop(name))
         self._cache_of = None if mode else self._weights_state()
+        self._cache_weights = None if mode else [p.detach().clone() for p in self._expanded_from()]
         return self
+
+    def _apply(self, fn, *args, **kwargs):
+        # .to(), .cuda(), .double(), ...: an eval-mode filter is expanded again from the converted
+        # weights (a converted float32 filter would differ from them in double)
+        super()._apply(fn, *args, **kwargs)
+        self._cache_of = None
+        if not self.training:
+            self.train(False)
+        return self
+
+    def cached_tensors(self) -> list:
+        """The eval-mode filter (and bias) where expanded: tensors the module reads in place
+        that are not buffers (for FeatureGraphs, which captures again when one is replaced)."""
+        return [t for t in (self.__dict__.get(name) for name in self._CACHE)
+                if isinstance(t, torch.Tensor)]
 
     def refresh_cache(self):
         """Rebuild the eval-mode filter from the current weights (e.g. after load_state_dict)."""
@@ -140,7 +164,9 @@ class CachedFilterR2Conv(enn.R2Conv):
 
     def _cache_is_current(self) -> bool:
         cache_of = getattr(self, "_cache_of", None)  # (None too while e2cnn's __init__ runs)
-        return "filter" in self._buffers and cache_of is not None and cache_of == self._weights_state()
+        if "filter" not in self.__dict__ or cache_of is None or cache_of != self._weights_state():
+            return False
+        return all(torch.equal(kept, p) for kept, p in zip(self._cache_weights, self._expanded_from()))
 
 
 _MODULE_STATE = frozenset(vars(nn.Module()))  # what torch keeps in every module: registries, hooks

@@ -87,7 +87,8 @@ def depth_flow_projection(flow: torch.Tensor, depth: Optional[torch.Tensor] = No
 
 class DepthFlowProjection(nn.Module):
     """nn.Module form of :func:`depth_flow_projection` (registered in mmdet's MODELS as
-    'DepthFlowProjection'). forward(flow, depth) or forward(flow, inverse_depth=...)."""
+    'RedetDepthFlowProjection' by the mm layer). forward(flow, depth) or
+    forward(flow, inverse_depth=...)."""
 
     def __init__(self, t: float = 0.5, fill_holes: bool = True, check_depth: bool = True):
         super().__init__()

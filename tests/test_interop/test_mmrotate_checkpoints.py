@@ -107,7 +107,11 @@ def predict_float64(model, image: np.ndarray):
     sample = DetDataSample(metainfo=dict(img_shape=image.shape[:2], ori_shape=image.shape[:2],
                                          scale_factor=(1.0, 1.0)))
     nms_float32 = mmcv_nms.ext_module.nms
+    assert not model.training
     model.double()
+    # e2cnn's eval-mode filters expanded again, in float64 (.double() only converts the float32
+    # ones, while ours are expanded again on conversion)
+    model.train().eval()
     try:
         with torch.no_grad(), mock.patch.object(
                 mmcv_nms.ext_module, 'nms',
@@ -115,7 +119,7 @@ def predict_float64(model, image: np.ndarray):
             data = model.data_preprocessor(dict(inputs=[inputs], data_samples=[sample]), False)
             out = model.predict(data['inputs'].double(), data['data_samples'])[0].pred_instances
     finally:
-        model.float()
+        model.float().train().eval()
     return get_box_tensor(out.bboxes), out.scores, out.labels
 
 

@@ -278,7 +278,50 @@ def test_model_train_keeps_the_filters_of_frozen_stages():
     model.train()
     assert frozen.filter is cached and not frozen.training
     torch.testing.assert_close(cached, frozen.expand_parameters()[0], rtol=0, atol=0)
-    assert "filter" not in trainable._buffers  # (trainable convs hold no dense copy in training)
+    assert "filter" not in vars(trainable)  # (trainable convs hold no dense copy in training)
+
+
+def test_eval_expands_again_after_a_write_through_data():
+    """mmdet's MeanTeacherHook and mmengine's EMA write frozen weights through `.data`, which torch
+    does not count as a change: the teacher's filters must still follow its weights."""
+    student = ReResNet(**TINY).eval()
+    teacher = ReResNet(**TINY).requires_grad_(False).eval()
+    for mine, theirs in zip(teacher.parameters(), student.parameters()):
+        mine.data.copy_(theirs.data)
+    teacher.train()
+    teacher.eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        for a, b in zip(teacher(x), student(x)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_ema_copies_keep_working_after_evaluation():
+    """The eval-mode filters are not buffers: mmengine's EMA pairs the copy's buffers with the
+    model's by position, and a mode-dependent list misaligned them."""
+    from mmengine.model import ExponentialMovingAverage
+    model = ReResNet(**TINY)
+    ema = ExponentialMovingAverage(model, momentum=0.5)
+    ema.eval()
+    with torch.no_grad():
+        ema(torch.randn(1, 3, 64, 64))
+    ema.train()
+    assert len(list(ema.module.buffers())) == len(list(model.buffers()))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1)
+    ema.update_parameters(model)
+    conv = ema.module.conv1
+    conv.eval()
+    torch.testing.assert_close(conv.filter, conv.expand_parameters()[0], rtol=0, atol=0)
+
+
+def test_the_eval_filter_moves_and_converts_with_the_module():
+    conv = r2conv(regular_type(16), regular_type(16), 3, padding=1).eval()
+    conv.double()
+    assert conv.filter.dtype == torch.float64 and "filter" not in dict(conv.named_buffers())
+    x = enn.GeometricTensor(torch.randn(1, 16, 9, 9, dtype=torch.float64), conv.in_type)
+    torch.testing.assert_close(conv(x).tensor, conv.train()(x).tensor)
 
 
 def test_eval_expands_again_after_the_weights_changed_in_place():

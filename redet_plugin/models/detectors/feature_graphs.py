@@ -52,6 +52,9 @@ class _Walk:
         self.modules = list(net.modules())
         self.params = [p for m in self.modules for p in m._parameters.values() if p is not None]
         self.buffers = [b for m in self.modules for b in m._buffers.values() if b is not None]
+        # tensors read in place that are not buffers (CachedFilterR2Conv's eval-mode filters)
+        self.buffers += [t for m in self.modules if hasattr(m, "cached_tensors")
+                         for t in m.cached_tensors()]
 
     def state_key(self) -> tuple:
         return (tuple(m.training for m in self.modules),
