@@ -84,10 +84,10 @@ class CachedFilterR2Conv(enn.R2Conv):
 
     e2cnn keeps the expanded filter (and bias) as buffers: a zero one from construction, a real one
     after eval(). Here they are plain attributes, expanded again when the module is moved or
-    converted (_apply), and in neither state_dict nor buffers(): a state_dict would depend on the mode it was saved in
-    (and a strict load into an eval-mode model fail), and buffers() would list other tensors in
-    each mode (mmengine's EMA pairs a copy's buffers with the model's by position). Train mode
-    holds no dense copy of the filters. The eval-mode filter is computed without autograd: a
+    converted (_apply), and in neither state_dict nor buffers(): a state_dict would depend on the
+    mode it was saved in (and a strict load into an eval-mode model fail), and buffers() would
+    list other tensors in each mode (mmengine's EMA pairs a copy's buffers with the model's by
+    position). Train mode holds no dense copy of the filters. The eval-mode filter is computed without autograd: a
     tensor holding a graph keeps that graph alive and cannot be deep-copied. It is expanded again
     only when the weights changed, also by eval() (e2cnn's would keep a stale one), and kept
     through train() where the weights are frozen. "Changed" includes writes through `.data`,
@@ -166,7 +166,8 @@ class CachedFilterR2Conv(enn.R2Conv):
         cache_of = getattr(self, "_cache_of", None)  # (None too while e2cnn's __init__ runs)
         if "filter" not in self.__dict__ or cache_of is None or cache_of != self._weights_state():
             return False
-        return all(torch.equal(kept, p) for kept, p in zip(self._cache_weights, self._expanded_from()))
+        return all(torch.equal(kept, p)
+                   for kept, p in zip(self._cache_weights, self._expanded_from()))
 
 
 _MODULE_STATE = frozenset(vars(nn.Module()))  # what torch keeps in every module: registries, hooks
