@@ -232,20 +232,22 @@ def mmrotate_checkpoint(theirs, dota_folder, tmp_path_factory):
                 dict(type='mmdet.Resize', scale=(SIZE // 2, SIZE // 2), keep_ratio=True),
                 dict(type='mmdet.PackDetInputs')]
     work_dir = str(tmp_path_factory.mktemp('mmrotate_work'))
-    runner = Runner(
-        model=theirs, work_dir=work_dir, cfg=cfg, default_scope='mmrotate',
-        train_dataloader=dict(
-            batch_size=1, num_workers=0, sampler=dict(type='DefaultSampler', shuffle=False),
-            dataset=dict(type='DOTADataset', data_root=dota_folder, ann_file='annfiles/',
-                         data_prefix=dict(img_path='images/'), pipeline=pipeline)),
-        train_cfg=dict(by_epoch=True, max_epochs=1),
-        optim_wrapper=cfg.optim_wrapper, param_scheduler=cfg.param_scheduler,
-        default_hooks=cfg.default_hooks, randomness=dict(seed=0), log_level='WARNING')
     # On the CPU on every machine: a GPU's backward is not deterministic, so the weights would
     # change from run to run, and with them the near-ties that the final NMS may break either way
-    # between two models whose boxes differ in the last bit (seen once on the GPU machine).
+    # between two models whose boxes differ in the last bit. The Runner moves the model to
+    # get_device() when it is built, so the CPU is patched in for both building and training.
     with mock.patch.object(mmengine_runner, 'get_device', lambda: 'cpu'):
+        runner = Runner(
+            model=theirs, work_dir=work_dir, cfg=cfg, default_scope='mmrotate',
+            train_dataloader=dict(
+                batch_size=1, num_workers=0, sampler=dict(type='DefaultSampler', shuffle=False),
+                dataset=dict(type='DOTADataset', data_root=dota_folder, ann_file='annfiles/',
+                             data_prefix=dict(img_path='images/'), pipeline=pipeline)),
+            train_cfg=dict(by_epoch=True, max_epochs=1),
+            optim_wrapper=cfg.optim_wrapper, param_scheduler=cfg.param_scheduler,
+            default_hooks=cfg.default_hooks, randomness=dict(seed=0), log_level='WARNING')
         runner.train()
+    assert next(theirs.parameters()).device.type == 'cpu'
     theirs.eval()
     init_default_scope('mmdet')
     return osp.join(work_dir, 'epoch_1.pth')
