@@ -49,7 +49,8 @@ def table(header, rows):
 
 def environment(env):
     parts = [env.get('device') or 'an unrecorded device']
-    parts += [f'{name} {env[key]}' for name, key in (('torch', 'torch'), ('CUDA', 'cuda')) if env.get(key)]
+    parts += [f'{name} {env[key]}' for name, key in (('torch', 'torch'), ('CUDA', 'cuda'))
+              if env.get(key)]
     return ', '.join(parts)
 
 
@@ -139,12 +140,12 @@ def depth_flow_projection(path, d):
                      num(b.get('ours_bfloat16')), DASH])
     intro = (f"`redet_plugin.ops.depth_flow_projection` against DAIN's own CUDA kernels, built "
              f"from DAIN's source in the same run, t = {d['t']}. Sizes are (batch, 2, height, "
-             f"width); flows: smooth, pan (a hole band half the image wide), incoherent (8 px noise "
-             f"per pixel). Forward with hole filling on inputs without grad; backward through "
-             f"autograd after the forward without filling (DAIN's training forward does not "
-             f"fill). Each case's calls are timed in turns, one call of each per round, so that a "
-             f"drift of the GPU moves every side of a ratio alike. DAIN has fp32 kernels only. "
-             f"'unchecked': `check_depth=False` (no depth check, no host wait).")
+             f"width); flows: smooth, pan (a hole band half the image wide), incoherent (8 px "
+             f"noise per pixel). Forward with hole filling on inputs without grad; backward "
+             f"through autograd after the forward without filling (DAIN's training forward "
+             f"does not fill). Each case's calls are timed in turns, one call of each per "
+             f"round, so that a drift of the GPU moves every side of a ratio alike. DAIN has "
+             f"fp32 kernels only. 'unchecked': `check_depth=False` (no depth check, no host wait).")
     return [intro, table(['size', 'flow', 'pass', 'ours fp32 (ms)', 'DAIN (ms)', 'speed-up',
                           'ours fp16 (ms)', 'ours bf16 (ms)', 'ours fp32 unchecked (ms)'], rows)]
 
@@ -193,9 +194,10 @@ def re_resnet(path, d):
              f"Training step = forward + backward (e2cnn expands its filters from the basis every "
              f"step); eval uses the cached filters; 'exported' runs the backbone after export to "
              f"plain convolutions.")
-    after = (f"Equivariant over plain, fp32: training step {q['train_step_ms_equivariant_over_plain']:.2f}×"
-             f" the time, eval forward {q['eval_forward_ms_equivariant_over_plain']:.2f}×, exported "
-             f"eval forward {q['exported_over_plain_eval_forward']:.2f}×.")
+    after = (f"Equivariant over plain, fp32: training step "
+             f"{q['train_step_ms_equivariant_over_plain']:.2f}× the time, eval forward "
+             f"{q['eval_forward_ms_equivariant_over_plain']:.2f}×, exported eval forward "
+             f"{q['exported_over_plain_eval_forward']:.2f}×.")
     return [intro, table(['model', 'precision', 'training step (ms)', 'training peak (MB)',
                           'eval forward (ms)', 'exported eval forward (ms)'], rows), after]
 
@@ -231,7 +233,8 @@ def detector_vs_mmrotate(path, d):
                      num(test.get('mAP50')) if test else DASH,
                      ratio(base_iter, train['median_iter_time_s']) if name != 'mmrotate' else '1',
                      ratio(base_test, test.get('s_per_image')) if name != 'mmrotate' else '1',
-                     f"{train.get('loss_first_logged', 0):.2f} → {train.get('loss_last_logged', 0):.2f}"])
+                     f"{train.get('loss_first_logged', 0):.2f} → "
+                     f"{train.get('loss_last_logged', 0):.2f}"])
     packages = ', '.join(f'{k} {v}' for k, v in d['environment']['packages'].items())
     intro = (f"Our ReDet R50 (ReResNet-50 + ReFPN) against mmrotate-dev's, each trained from "
              f"scratch through its project's own `tools/train.py` for {s['iters']} iterations at "
@@ -297,9 +300,10 @@ def profile_detector(path, d):
     if kernels:
         after.append(f"GPU kernel time within an uninstrumented step (torch.profiler): "
                      f"{num(kernels['train']['total_kernel_ms'])} ms of the training step's "
-                     f"{num(train['uninstrumented_ms'])} ms, {num(kernels['test']['total_kernel_ms'])}"
-                     f" ms of the inference step's {num(test['uninstrumented_ms'])} ms: the rest "
-                     f"of the step the GPU waits for the host.")
+                     f"{num(train['uninstrumented_ms'])} ms, "
+                     f"{num(kernels['test']['total_kernel_ms'])} ms of the inference step's "
+                     f"{num(test['uninstrumented_ms'])} ms: the rest of the step the GPU waits "
+                     f"for the host.")
     return [intro, table(['part', 'training (ms)', 'share', 'inference, 1 image (ms)', 'share'],
                          rows), *after]
 
@@ -332,7 +336,8 @@ def summary(data):
     devices = sorted({(d.get('environment') or d).get('device') for d in data.values()} - {None})
     riroi = data.get('riroi_align_rotated')
     if riroi:
-        r = next(r for r in riroi['results'] if r['shape'].startswith('train') and r['dtype'] == 'float32')
+        r = next(r for r in riroi['results']
+                 if r['shape'].startswith('train') and r['dtype'] == 'float32')
         rows.append(['RiRoIAlignRotated, training (1024 RoIs), forward / backward',
                      f"{num(r['ours_forward_ms'])} / {num(r['ours_backward_ms'])} ms",
                      f"mmcv {num(r['mmcv_forward_ms'])} / {num(r['mmcv_backward_ms'])} ms",
@@ -354,10 +359,12 @@ def summary(data):
         rows.append(['Depth-aware flow projection, 1080p, forward + fill / backward',
                      f"{num(f['ours_float32'])} / {num(b['ours_float32'])} ms",
                      f"DAIN {num(f['dain'])} / {num(b['dain'])} ms",
-                     f"{ratio(f['dain'], f['ours_float32'])} / {ratio(b['dain'], b['ours_float32'])}"])
+                     f"{ratio(f['dain'], f['ours_float32'])} / "
+                     f"{ratio(b['dain'], b['ours_float32'])}"])
     extractor = data.get('rotated_extractor')
     if extractor:
-        r = next(r for r in extractor['results'] if r['case'] == 'train' and r['dtype'] == 'float32')
+        r = next(r for r in extractor['results']
+                 if r['case'] == 'train' and r['dtype'] == 'float32')
         rows.append(['Rotated RoI extractor, 5 levels, training, forward + backward',
                      f"{num(r['fused_forward_backward_ms'])} ms",
                      f"mmrotate's loop {num(r['mmcv_loop_forward_backward_ms'])} ms",
