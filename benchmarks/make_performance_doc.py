@@ -1,0 +1,478 @@
+"""Writes docs/performance.md from the benchmark results in benchmarks/results/.
+
+Every number in that page comes from the JSON files here, so the page cannot drift from the data:
+tests/test_tools/test_performance_doc.py checks that the committed page is what this script writes
+from the committed JSON. Each benchmark keeps one file, `<benchmark>_<device>.json` (the latest
+run; git keeps the older ones). A JSON file that no section reads is an error, so a new benchmark's
+results do not go unpublished. Standard library only: runs anywhere, no GPU.
+
+    python benchmarks/make_performance_doc.py [--results DIR] [--out FILE]
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import os.path as osp
+import sys
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+RESULTS = osp.join(ROOT, 'benchmarks', 'results')
+OUT = osp.join(ROOT, 'docs', 'performance.md')
+DASH = '—'
+
+
+# --- formatting ---------------------------------------------------------------------------------
+
+def num(value):
+    """A time or size with three significant digits (0.0312, 0.238, 4.11, 86.3, 5423)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return DASH
+    if value == 0:
+        return '0'
+    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f'{value:.{decimals}f}'
+
+
+def ratio(peer, ours):
+    """peer / ours as '2.64×' (above 1: ours is faster), or a dash when either is missing."""
+    if not all(isinstance(v, (int, float)) and v > 0 for v in (peer, ours)):
+        return DASH
+    return f'{peer / ours:.2f}×'
+
+
+def table(header, rows):
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    lines += ['| ' + ' | '.join(str(cell) for cell in row) + ' |' for row in rows]
+    return '\n'.join(lines)
+
+
+def environment(env):
+    parts = [env.get('device') or 'an unrecorded device']
+    parts += [f'{name} {env[key]}' for name, key in (('torch', 'torch'), ('CUDA', 'cuda'))
+              if env.get(key)]
+    return ', '.join(parts)
+
+
+def not_measured(reason):
+    """A run's error as the table says it (rc 124: the call's time limit cut it)."""
+    return 'cut by the time limit' if str(reason).endswith('rc=124') else reason
+
+
+def source(path):
+    return f'Data: `benchmarks/results/{osp.basename(path)}`.'
+
+
+# --- the sections, one per benchmark -----------------------------------------------------------
+
+def riroi_align_rotated(path, d):
+    layer = d['layer']
+    rows, cpu = [], []
+    for r in d['results']:
+        if r['shape'].startswith('cpu'):
+            cpu.append(f"{r['shape']}: forward {num(r.get('ours_forward_ms'))} ms, backward "
+                       f"{num(r.get('ours_backward_ms'))} ms (mmcv has no CPU kernel).")
+            continue
+        case, dtype = r['shape'], r['dtype']
+        peer_fwd = r.get('mmcv_forward_ms')
+        missing = ' (mmcv: no kernel)' if 'mmcv_error' in r else ''
+        rows.append([case, dtype + missing, 'forward', num(r['ours_forward_ms']),
+                     num(r.get('ours_forward_channels_last_ms')), num(peer_fwd),
+                     f"{ratio(peer_fwd, r['ours_forward_ms'])} / "
+                     f"{ratio(peer_fwd, r.get('ours_forward_channels_last_ms'))}"])
+        if 'ours_backward_ms' in r:
+            peer_bwd = r.get('mmcv_backward_ms')
+            rows.append([case, dtype + missing, 'backward', num(r['ours_backward_ms']), DASH,
+                         num(peer_bwd), ratio(peer_bwd, r['ours_backward_ms'])])
+            rows.append([case, dtype + missing, 'backward, deterministic',
+                         num(r.get('ours_backward_deterministic_ms')), DASH, num(peer_bwd),
+                         ratio(peer_bwd, r.get('ours_backward_deterministic_ms'))])
+    intro = (f"`redet_plugin.ops.RiRoIAlignRotated` against `mmcv.ops.RiRoIAlignRotated`: "
+             f"{layer['output_size']}×{layer['output_size']} bins, {layer['num_samples']} samples "
+             f"per bin side, {layer['num_orientations']} orientations, spatial scale "
+             f"{layer['spatial_scale']}, 256 channels. The training case runs the backward "
+             f"through autograd; the test case runs the forward under `torch.no_grad()`. Our "
+             f"kernels read the features channels-last: the NCHW column includes the copy into "
+             f"that layout, the channels-last column takes such input as it is. The deterministic "
+             f"backward runs under `torch.use_deterministic_algorithms(True)`; mmcv's "
+             f"backward (atomic) is the peer of both backward rows.")
+    return [intro, table(['case', 'dtype', 'pass', 'ours, NCHW (ms)', 'ours, channels-last (ms)',
+                          'mmcv (ms)', 'speed-up (NCHW / channels-last)'], rows), *cpu]
+
+
+def roi_pool(path, d):
+    rows = []
+    for r in d['results']:
+        dtype = r['dtype']
+        tv_fwd, mm_fwd = r.get('torchvision_forward_ms'), r.get('mmcv_forward_ms')
+        ours_fwd, ours_cl = r['ours_forward_ms'], r.get('ours_forward_channels_last_ms')
+        rows.append([dtype, 'forward', num(ours_fwd), num(ours_cl), num(tv_fwd), num(mm_fwd),
+                     f'{ratio(tv_fwd, ours_fwd)} / {ratio(tv_fwd, ours_cl)}',
+                     f'{ratio(mm_fwd, ours_fwd)} / {ratio(mm_fwd, ours_cl)}'])
+        tv_bwd, mm_bwd = r.get('torchvision_backward_ms'), r.get('mmcv_backward_ms')
+        for name, key in (('backward', 'ours_backward_ms'),
+                          ('backward, deterministic', 'ours_backward_deterministic_ms')):
+            rows.append([dtype, name, num(r.get(key)), DASH, num(tv_bwd), num(mm_bwd),
+                         ratio(tv_bwd, r.get(key)), ratio(mm_bwd, r.get(key))])
+    identical = all(r.get('identical_to_torchvision') for r in d['results']
+                    if 'identical_to_torchvision' in r)
+    intro = (f"`redet_plugin.ops.roi_pool` against `torchvision.ops.roi_pool` and "
+             f"`mmcv.ops.roi_pool`: {d['shape']}. Forward on NCHW features that require grad (the "
+             f"NCHW column includes our copy into channels-last; the channels-last column takes "
+             f"such input), backward through autograd. A dash: the peer has no kernel for that "
+             f"dtype. Outputs identical to torchvision's: {'yes' if identical else 'no'}.")
+    return [intro, table(['dtype', 'pass', 'ours, NCHW (ms)', 'ours, channels-last (ms)',
+                          'torchvision (ms)', 'mmcv (ms)', 'vs torchvision', 'vs mmcv'], rows)]
+
+
+def depth_flow_projection(path, d):
+    sizes = {r['shape']: r['size'] for r in d['results']}
+    rows = []
+    for p in d['paired']:
+        size = sizes.get(p['shape'])
+        case = f"{p['shape']} ({', '.join(str(s) for s in size)})" if size else p['shape']
+        f, b = p['forward_fill_ms'], p['backward_ms']
+        rows.append([case, p['flow'], 'forward + fill', num(f['ours_float32']), num(f['dain']),
+                     ratio(f['dain'], f['ours_float32']), num(f.get('ours_float16')),
+                     num(f.get('ours_bfloat16')), num(f.get('ours_float32_unchecked'))])
+        rows.append([case, p['flow'], 'backward', num(b['ours_float32']), num(b['dain']),
+                     ratio(b['dain'], b['ours_float32']), num(b.get('ours_float16')),
+                     num(b.get('ours_bfloat16')), DASH])
+    intro = (f"`redet_plugin.ops.depth_flow_projection` against DAIN's own CUDA kernels, built "
+             f"from DAIN's source in the same run, t = {d['t']}. Sizes are (batch, 2, height, "
+             f"width); flows: smooth, pan (a hole band half the image wide), incoherent (8 px "
+             f"noise per pixel). Forward with hole filling on inputs without grad; backward "
+             f"through autograd after the forward without filling (DAIN's training forward "
+             f"does not fill). Each case's calls are timed in turns, one call of each per "
+             f"round, so that a drift of the GPU moves every side of a ratio alike. DAIN has "
+             f"fp32 kernels only. 'unchecked': `check_depth=False` (no depth check, no host wait).")
+    return [intro, table(['size', 'flow', 'pass', 'ours fp32 (ms)', 'DAIN (ms)', 'speed-up',
+                          'ours fp16 (ms)', 'ours bf16 (ms)', 'ours fp32 unchecked (ms)'], rows)]
+
+
+def rotated_extractor(path, d):
+    rows = []
+    for r in d['results']:
+        case = f"{r['case']}: {r['images']} image{'s' if r['images'] > 1 else ''}, {r['rois']} RoIs"
+        for name, key in (('forward', 'forward'), ('forward + backward', 'forward_backward')):
+            fused, loop, mmcv = (r.get(f'{who}_{key}_ms') for who in ('fused', 'loop', 'mmcv_loop'))
+            rows.append([case, r['dtype'], name, num(fused), num(loop), num(mmcv),
+                         ratio(loop, fused), ratio(mmcv, fused)])
+    intro = (f"`RedetRotatedSingleRoIExtractor` with `RedetRiRoIAlignRotated`: all FPN levels in "
+             f"one fused launch, against the per-level loop over the same op (`fused=False`) and "
+             f"against mmrotate's way, the loop around mmcv's RiRoIAlignRotated. {d['shape']}. "
+             f"Forward includes the choice of level; forward + backward also computes the feature "
+             f"gradients.")
+    return [intro, table(['case', 'dtype', 'pass', 'fused (ms)', 'per-level loop (ms)',
+                          "mmrotate's loop, mmcv (ms)", 'vs loop', 'vs mmrotate'], rows)]
+
+
+def field_batch_norm(path, d):
+    def cell(r, key):
+        ours, peer = r[f'ours_{key}_ms'], r[f'e2cnn_{key}_ms']
+        return f'{num(ours)} / {num(peer)} ({ratio(peer, ours)})'
+    rows = [['x'.join(str(s) for s in r['shape']), 'fp16' if r['amp'] else 'fp32',
+             'reductions' if r['ours_uses_reductions'] else 'cuDNN',
+             cell(r, 'train_fwd_bwd'), cell(r, 'train_fwd'), cell(r, 'eval_fwd')]
+            for r in d['results']]
+    intro = ("`FieldBatchNorm` (the ReResNet's batch norm over 8-orientation regular fields) "
+             "against e2cnn's `InnerBatchNorm` (cuDNN's BatchNorm3d), at the ReResNet-50's shapes "
+             "for a batch of two 1024² images; fp16 means under autocast. Ours uses its own "
+             "reductions where they beat cuDNN (the early, large maps) and cuDNN elsewhere. Cells: "
+             "ours / e2cnn in ms (speed-up).")
+    return [intro, table(['shape', 'precision', "ours' path", 'training forward + backward',
+                          'training forward', 'eval forward'], rows)]
+
+
+def re_resnet(path, d):
+    rows = [[r['model'], 'fp16' if r['amp'] else 'fp32', num(r['train_step_ms']),
+             num(r['train_step_peak_mb']), num(r['eval_forward_ms']),
+             num(r.get('exported_eval_forward_ms'))] for r in d['rows']]
+    q = d['ratios']
+    intro = (f"The cost of rotation equivariance: our ReResNet-50 + ReFPN (e2cnn, 8 rotations) "
+             f"against mmdet's ResNet-50 + FPN, input {'x'.join(str(s) for s in d['input'])}. "
+             f"Training step = forward + backward (e2cnn expands its filters from the basis every "
+             f"step); eval uses the cached filters; 'exported' runs the backbone after export to "
+             f"plain convolutions.")
+    after = (f"Equivariant over plain, fp32: training step "
+             f"{q['train_step_ms_equivariant_over_plain']:.2f}× the time, eval forward "
+             f"{q['eval_forward_ms_equivariant_over_plain']:.2f}×, exported eval forward "
+             f"{q['exported_over_plain_eval_forward']:.2f}×.")
+    return [intro, table(['model', 'precision', 'training step (ms)', 'training peak (MB)',
+                          'eval forward (ms)', 'exported eval forward (ms)'], rows), after]
+
+
+DETECTOR_RUNS = {
+    'mmrotate': "mmrotate-dev's ReDet (its config and tools)",
+    'mmrotate_ops': "mmrotate's config with our RoI ops (through mmrotate's tools)",
+    'ours': 'ours, fp32',
+    'ours_amp': 'ours, `--amp`',
+    'ours_eager': 'ours, fp32, `model.cuda_graph_features=False`',
+    'ours_dist2': 'ours, `tools/dist_train.sh` on 2 GPUs',
+}
+
+
+def detector_vs_mmrotate(path, d):
+    s, runs = d['settings'], d['runs']
+    base = runs.get('mmrotate', {})
+    base_iter = base.get('train', {}).get('median_iter_time_s')
+    base_test = base.get('test', {}).get('s_per_image')
+    rows = []
+    for name, run in runs.items():
+        train, test = run.get('train', {}), run.get('test', {})
+        if not train:
+            reason = run.get('skipped') or run.get('error') or 'not run'
+            rows.append([DETECTOR_RUNS.get(name, name), f'not measured ({not_measured(reason)})']
+                        + [''] * 6)
+            continue
+        reserved = train.get('peak_cuda_memory', {}).get('reserved_mb')
+        test_cell = (num(test.get('s_per_image')) if test
+                     else f"not measured ({not_measured(run.get('error'))})")
+        rows.append([DETECTOR_RUNS.get(name, name), num(train['median_iter_time_s']),
+                     test_cell, f"{num(train.get('peak_memory_mb'))} / {num(reserved)}",
+                     num(test.get('mAP50')) if test else DASH,
+                     ratio(base_iter, train['median_iter_time_s']) if name != 'mmrotate' else '1',
+                     ratio(base_test, test.get('s_per_image')) if name != 'mmrotate' else '1',
+                     f"{train.get('loss_first_logged', 0):.2f} → "
+                     f"{train.get('loss_last_logged', 0):.2f}"])
+    packages = ', '.join(f'{k} {v}' for k, v in d['environment']['packages'].items())
+    intro = (f"Our ReDet R50 (ReResNet-50 + ReFPN) against mmrotate-dev's, each trained from "
+             f"scratch through its project's own `tools/train.py` for {s['iters']} iterations at "
+             f"batch {s['batch_per_gpu']} per GPU on the same synthetic DOTA-format set "
+             f"({s['images']['train']} training images, {s['resize']}², {s['workers']} loader "
+             f"workers), then tested with its own `tools/test.py` on {s['images']['val']} images. "
+             f"Ours is `configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py` with its "
+             f"defaults (backbone and neck as CUDA graphs). s / iteration: the median of the "
+             f"logged windows after {s['skip']} warm-up iterations; test s / image likewise "
+             f"(batch 1). Peak memory in training: allocated (mmengine's `memory` log) / reserved "
+             f"(the process's peak; a CUDA graph's pool is reserved, not allocated). Packages: "
+             f"{packages}.")
+    after = []
+    ours, amp = runs.get('ours', {}).get('train', {}), runs.get('ours_amp', {}).get('train', {})
+    if ours and amp:
+        after.append(f"`--amp` against our fp32 in training: "
+                     f"{ratio(ours['median_iter_time_s'], amp['median_iter_time_s'])}.")
+    return [intro, table(['run', 's / iteration', 'test s / image', 'peak MB, allocated / reserved',
+                          'mAP@0.5', 'training speed-up', 'test speed-up', 'loss first → last'],
+                         rows), *after]
+
+
+def _merge(first, second):
+    """The rows of both lists, in order; a row only in `second` goes after its predecessor there."""
+    merged = list(first)
+    for i, row in enumerate(second):
+        if row not in merged:
+            at = merged.index(second[i - 1]) + 1 if i else 0
+            merged.insert(at, row)
+    return merged
+
+
+def profile_detector(path, d):
+    train, test = d['train'], d['test']
+    rows_in = _merge([tuple(r) for r in train['rows']], [tuple(r) for r in test['rows']])
+
+    def cells(side, name):
+        ms = side['parts_ms'].get(name)
+        if ms is None:
+            return ['', '']
+        return [num(ms), f"{100 * ms / side['instrumented_total_ms']:.0f}%"]
+    rows = [['data loading (1 process)', num(train['data_loading_ms']), '',
+             num(test['data_loading_ms']), '']]
+    for name, parent in rows_in:
+        label = f'&nbsp;&nbsp;{name} (in {parent})' if parent else name
+        rows.append([label, *cells(train, name), *cells(test, name)])
+    rows.append(['**sum of parts**', num(train['instrumented_total_ms']), '',
+                 num(test['instrumented_total_ms']), ''])
+    rows.append(['**step, uninstrumented**', num(train['uninstrumented_ms']), '',
+                 num(test['uninstrumented_ms']), ''])
+    graphs = 'as CUDA graphs' if d.get('graphs') else 'eagerly (`model.cuda_graph_features=False`)'
+    weights = 'trained weights' if d.get('checkpoint') else 'random weights'
+    intro = (f"Where one training iteration (batch 2) and one inference image of our R50 config "
+             f"go, at {d['image_size']}², {'fp16 autocast' if d['amp'] else 'fp32'}, "
+             f"{weights}, backbone and neck run {graphs}. Each part is timed with a CUDA "
+             f"synchronisation before and after it, which adds a little to each; the "
+             f"uninstrumented step is timed beside. Medians of {d['iters']} iterations and "
+             f"{d['images']} images after {d['warmup']} unmeasured ones. Data loading is one "
+             f"process loading and augmenting a batch (training overlaps it with the step by the "
+             f"loader's workers).")
+    kernels = d.get('kernels', {})
+    after = []
+    if kernels:
+        after.append(f"GPU kernel time within an uninstrumented step (torch.profiler): "
+                     f"{num(kernels['train']['total_kernel_ms'])} ms of the training step's "
+                     f"{num(train['uninstrumented_ms'])} ms, "
+                     f"{num(kernels['test']['total_kernel_ms'])} ms of the inference step's "
+                     f"{num(test['uninstrumented_ms'])} ms: the rest of the step the GPU waits "
+                     f"for the host.")
+    return [intro, table(['part', 'training (ms)', 'share', 'inference, 1 image (ms)', 'share'],
+                         rows), *after]
+
+
+# (title, file stem, benchmark script, renderer)
+SECTIONS = [
+    ('RiRoIAlignRotated', 'riroi_align_rotated', 'benchmarks/ops/bench_riroi_align_rotated.py',
+     riroi_align_rotated),
+    ('RoIPool', 'roi_pool', 'benchmarks/ops/bench_roi_pool.py', roi_pool),
+    ('Depth-aware flow projection', 'depth_flow_projection',
+     'benchmarks/ops/bench_depth_flow_projection.py', depth_flow_projection),
+    ('Rotated RoI extractor (all FPN levels in one launch)', 'rotated_extractor',
+     'benchmarks/ops/bench_rotated_extractor.py', rotated_extractor),
+    ('FieldBatchNorm', 'field_batch_norm', 'benchmarks/ops/bench_field_batch_norm.py',
+     field_batch_norm),
+    ('ReResNet-50 + ReFPN against ResNet-50 + FPN', 're_resnet',
+     'benchmarks/ops/bench_re_resnet.py', re_resnet),
+    ('The detector against mmrotate', 'detector_vs_mmrotate',
+     'benchmarks/detector/bench_detector_vs_mmrotate.py', detector_vs_mmrotate),
+    ("Where the detector's step goes", 'profile_detector',
+     'benchmarks/profiling/profile_detector.py', profile_detector),
+]
+
+
+# --- the summary table (README.md quotes it) ---------------------------------------------------
+
+def summary(data):
+    """One row per benchmark against a peer: the headline case, fp32, from the same JSON."""
+    rows = []
+    devices = sorted({(d.get('environment') or d).get('device') for d in data.values()} - {None})
+    riroi = data.get('riroi_align_rotated')
+    if riroi:
+        r = next(r for r in riroi['results']
+                 if r['shape'].startswith('train') and r['dtype'] == 'float32')
+        rows.append(['RiRoIAlignRotated, training (1024 RoIs), forward / backward',
+                     f"{num(r['ours_forward_ms'])} / {num(r['ours_backward_ms'])} ms",
+                     f"mmcv {num(r['mmcv_forward_ms'])} / {num(r['mmcv_backward_ms'])} ms",
+                     f"{ratio(r['mmcv_forward_ms'], r['ours_forward_ms'])} / "
+                     f"{ratio(r['mmcv_backward_ms'], r['ours_backward_ms'])}"])
+    pool = data.get('roi_pool')
+    if pool:
+        r = next(r for r in pool['results'] if r['dtype'] == 'float32')
+        rows.append(['RoIPool (1024 RoIs), forward / backward',
+                     f"{num(r['ours_forward_ms'])} / {num(r['ours_backward_ms'])} ms",
+                     f"torchvision {num(r['torchvision_forward_ms'])} / "
+                     f"{num(r['torchvision_backward_ms'])} ms",
+                     f"{ratio(r['torchvision_forward_ms'], r['ours_forward_ms'])} / "
+                     f"{ratio(r['torchvision_backward_ms'], r['ours_backward_ms'])}"])
+    flow = data.get('depth_flow_projection')
+    if flow:
+        p = next(p for p in flow['paired'] if p['shape'] == '1080p' and p['flow'] == 'smooth')
+        f, b = p['forward_fill_ms'], p['backward_ms']
+        rows.append(['Depth-aware flow projection, 1080p, forward + fill / backward',
+                     f"{num(f['ours_float32'])} / {num(b['ours_float32'])} ms",
+                     f"DAIN {num(f['dain'])} / {num(b['dain'])} ms",
+                     f"{ratio(f['dain'], f['ours_float32'])} / "
+                     f"{ratio(b['dain'], b['ours_float32'])}"])
+    extractor = data.get('rotated_extractor')
+    if extractor:
+        r = next(r for r in extractor['results']
+                 if r['case'] == 'train' and r['dtype'] == 'float32')
+        rows.append(['Rotated RoI extractor, 5 levels, training, forward + backward',
+                     f"{num(r['fused_forward_backward_ms'])} ms",
+                     f"mmrotate's loop {num(r['mmcv_loop_forward_backward_ms'])} ms",
+                     ratio(r['mmcv_loop_forward_backward_ms'], r['fused_forward_backward_ms'])])
+    detector = data.get('detector_vs_mmrotate')
+    if detector and 'mmrotate' in detector['runs'] and 'ours' in detector['runs']:
+        m, o = detector['runs']['mmrotate'], detector['runs']['ours']
+        rows.append(['ReDet R50, training s / iteration (batch 2, 1024²)',
+                     num(o['train']['median_iter_time_s']),
+                     f"mmrotate {num(m['train']['median_iter_time_s'])}",
+                     ratio(m['train']['median_iter_time_s'], o['train']['median_iter_time_s'])])
+        rows.append(['ReDet R50, test s / image',
+                     num(o['test']['s_per_image']), f"mmrotate {num(m['test']['s_per_image'])}",
+                     ratio(m['test']['s_per_image'], o['test']['s_per_image'])])
+    return table([f"what (fp32, one {' / '.join(devices) or 'GPU'})", 'ours', 'peer', 'speed-up'],
+                 rows)
+
+
+SUMMARY_START = '<!-- summary table: generated -->'
+SUMMARY_END = '<!-- end of summary table -->'
+
+METHOD = f"""\
+# Performance
+
+Generated by `python benchmarks/make_performance_doc.py` from the JSON in `benchmarks/results/`;
+edit that script, not this page.
+
+## Method
+
+- **What is timed**: our public function or module, as users call it (argument checks, the
+  Python face and, for the backward, autograd: `torch.autograd.grad` on inputs that require
+  grad), against the peer as its users call it (mmcv's and torchvision's ops and modules, DAIN's
+  kernels built from its source, mmrotate's detector through its own tools), on the same inputs
+  in the same run.
+- **How**: CUDA events around each call; the L2 cache flushed before every timed call (a 256 MB
+  write); the GPU kept busy by a short spin kernel while the host enqueues the call, as in a
+  training loop where the host runs ahead, so the numbers are GPU time; warm-up calls first;
+  the median of 60 calls. The detector runs are timed by their own logs (median s / iteration).
+- **Ratios**: speed-up = the peer's time / ours; above 1, ours is faster.
+- **Reproduce** on the GPU machine, from the repository root, with one command:
+  `bash benchmarks/device_run.sh`. It installs the wheels carried in `.devwheels/`, builds the
+  ops with CUDA (and DAIN's kernels, when `.peers/dain` holds their source), runs the four op
+  benchmarks on the idle GPU, then the test suite and the compute-sanitizer drivers, and leaves
+  each benchmark's JSON in `$OUT` (default `/tmp/out`). Its arguments choose what runs: `bash
+  benchmarks/device_run.sh "" "benchmarks/ops/bench_field_batch_norm.py
+  benchmarks/ops/bench_re_resnet.py" ""` runs those two benchmarks only. The detector against
+  mmrotate, and its profile: `export CALL_START=$(date +%s); bash benchmarks/device_run.sh "" ""
+  "" && bash benchmarks/detector/detector_vs_mmrotate.sh --iters 300 --min-iters-for-map 300`.
+  Each benchmark's options are in the table's JSON (`command`). Copy a JSON into
+  `benchmarks/results/` as `<name>_<device>.json`, replacing the older one, and run `python
+  benchmarks/make_performance_doc.py`.
+- Times of the same call differ between machines of the same kind by up to about 20%; compare
+  ratios, which come from one run.
+
+## Summary
+
+{SUMMARY_START}
+{{summary}}
+{SUMMARY_END}
+"""
+
+
+def load(results):
+    """{stem: (path, data)} for every section's file; errors on a file no section reads."""
+    found, claimed = {}, set()
+    for _, stem, _, _ in SECTIONS:
+        paths = sorted(glob.glob(osp.join(results, f'{stem}_*.json')))
+        if len(paths) > 1:
+            sys.exit(f'make_performance_doc: more than one result for {stem}: {paths}; keep the '
+                     f'latest only')
+        if paths:
+            with open(paths[0]) as f:
+                found[stem] = (paths[0], json.load(f))
+            claimed.add(paths[0])
+    unread = sorted(set(glob.glob(osp.join(results, '*.json'))) - claimed)
+    if unread:
+        sys.exit(f'make_performance_doc: no section reads {unread}: add one to SECTIONS or '
+                 f'delete the file')
+    return found
+
+
+def render(results=RESULTS):
+    found = load(results)
+    parts = [METHOD.format(summary=summary({k: d for k, (_, d) in found.items()}))]
+    for title, stem, script, renderer in SECTIONS:
+        parts.append(f'## {title}\n')
+        if stem not in found:
+            parts.append(f'No result yet: run `{script}`.\n')
+            continue
+        path, data = found[stem]
+        env = data.get('environment') or {k: data.get(k) for k in ('device', 'torch', 'cuda')}
+        paragraphs = renderer(path, data)
+        paragraphs.append(f'Measured on {environment(env)} by `{script}`. {source(path)}')
+        parts.append('\n\n'.join(paragraphs) + '\n')
+    return '\n'.join(parts)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--results', default=RESULTS, help='folder of the JSON results')
+    p.add_argument('--out', default=OUT, help='the page to write')
+    args = p.parse_args(argv)
+    text = render(args.results)
+    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+    with open(args.out, 'w') as f:
+        f.write(text)
+    print(f'wrote {args.out}')
+
+
+if __name__ == '__main__':
+    main()
