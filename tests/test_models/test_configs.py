@@ -42,7 +42,7 @@ def test_config_parses_and_names_registered_types(path):
 
 
 def test_published_setup():
-    cfg = Config.fromfile(osp.join(ROOT, 'configs/redet/redet_re50_refpn_1x_dota.py'))
+    cfg = Config.fromfile(osp.join(ROOT, 'configs/redet/redet-le90_re50_refpn_1x_dota.py'))
     assert cfg.train_dataloader.batch_size == 2
     assert cfg.optim_wrapper.optimizer.lr == 0.005 and cfg.optim_wrapper.clip_grad.max_norm == 35
     assert cfg.train_cfg.max_epochs == 12

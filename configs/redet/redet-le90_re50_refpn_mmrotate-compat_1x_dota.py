@@ -3,8 +3,8 @@
 # mmrotate's and the original ReDet's checkpoints were trained with. Their checkpoints load here as
 # saved (load_from, tools/test.py CONFIG CKPT) and give mmrotate's detections
 # (tests/test_interop/test_mmrotate_checkpoints.py). For training from scratch prefer the
-# continuous interpolation of redet_re50_refpn_roialign_1x_dota.py.
-_base_ = ['./redet_re50_refpn_roialign_1x_dota.py']
+# continuous interpolation of redet-le90_re50_refpn_roialign_1x_dota.py.
+_base_ = ['./redet-le90_re50_refpn_roialign_1x_dota.py']
 custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
 
 model = dict(

@@ -3,7 +3,7 @@
 # Same architecture as the R50 model, smaller numbers.
 custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
 _base_ = [
-    '../_base_/models/redet_re50_refpn.py',
+    '../_base_/models/redet-le90_re50_refpn.py',
     '../_base_/datasets/synthetic_dota.py',
     '../_base_/default_runtime.py',
 ]

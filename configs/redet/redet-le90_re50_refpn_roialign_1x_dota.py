@@ -1,6 +1,6 @@
 # The R50 ReDet with RoIAlign instead of RoIPool in the first (horizontal) RoI stage, as
-# mmrotate's config does; everything else as redet_re50_refpn_1x_dota.py.
-_base_ = ['./redet_re50_refpn_1x_dota.py']
+# mmrotate's config does; everything else as redet-le90_re50_refpn_1x_dota.py.
+_base_ = ['./redet-le90_re50_refpn_1x_dota.py']
 custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
 
 model = dict(
