@@ -11,7 +11,16 @@ from mmengine.config import Config
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs/redet/*.py')))
+
+
+def is_deprecated_name(path):
+    with open(path) as f:
+        return f.readline().startswith('# deprecated name; use ')
+
+
+# (the deprecated names are checked against these in test_deprecated_config_names.py)
+CONFIGS = sorted(p for p in glob.glob(osp.join(ROOT, 'configs/redet/*.py'))
+                 if not is_deprecated_name(p))
 REGISTRIES = (MODELS, TASK_UTILS, DATASETS, TRANSFORMS, METRICS, VISUALIZERS, HOOKS,
               OPTIM_WRAPPERS, OPTIMIZERS, PARAM_SCHEDULERS, LOOPS, DATA_SAMPLERS, VISBACKENDS,
               LOG_PROCESSORS)
