@@ -1,7 +1,6 @@
 # A narrow ReResNet-18 + ReFPN ReDet for the synthetic set (generated under data_root on first
 # use), sized to train on a 2-core CPU in about 15 minutes (tools/demo_main.py).
 # Same architecture as the R50 model, smaller numbers.
-custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
 _base_ = [
     '../_base_/models/redet-le90_re50_refpn.py',
     '../_base_/datasets/synthetic_dota.py',
@@ -20,19 +19,9 @@ model = dict(
         # objects are 10-80 px: anchors of 16-256 px
         anchor_generator=dict(scales=[4])),
     roi_head=dict(
-        bbox_roi_extractor=[
-            dict(
-                type='RedetHorizontalSingleRoIExtractor',
-                roi_layer=dict(type='RedetRoIPool', output_size=7),
-                out_channels=neck_channels,
-                featmap_strides=[4, 8, 16, 32]),
-            dict(
-                type='RedetRotatedSingleRoIExtractor',
-                roi_layer=dict(type='RedetRiRoIAlignRotated', output_size=7, num_samples=2,
-                               num_orientations=8, clockwise=True),
-                out_channels=neck_channels,
-                featmap_strides=[4, 8, 16, 32]),
-        ],
+        # (a list replaces the base's whole: each stage is the base's with the neck's channels)
+        bbox_roi_extractor=[dict(stage, out_channels=neck_channels)
+                            for stage in _base_.model.roi_head.bbox_roi_extractor],
         bbox_head=[
             dict(
                 type='RedetRotatedShared2FCBBoxHead',

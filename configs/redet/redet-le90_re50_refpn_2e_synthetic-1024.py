@@ -4,7 +4,6 @@
 # out of the mAP). Make the data first:
 #   python tools/data/make_synthetic_dota.py data/synthetic_dota_1024 --image-size 1024
 _base_ = ['./redet-le90_re50_refpn_1x_dota.py']
-custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
 
 data_root = 'data/synthetic_dota_1024/'
 # no ImageNet ReResNet weights here: train every stage (the published run freezes the pretrained stem)

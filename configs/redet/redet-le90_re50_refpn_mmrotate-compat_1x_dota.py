@@ -5,19 +5,12 @@
 # (tests/test_interop/test_mmrotate_checkpoints.py). For training from scratch prefer the
 # continuous interpolation of redet-le90_re50_refpn_roialign_1x_dota.py.
 _base_ = ['./redet-le90_re50_refpn_roialign_1x_dota.py']
-custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
 
-model = dict(
-    roi_head=dict(bbox_roi_extractor=[
-        dict(
-            type='RedetHorizontalSingleRoIExtractor',
-            roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0),
-            out_channels=256,
-            featmap_strides=[4, 8, 16, 32]),
-        dict(
-            type='RedetRotatedSingleRoIExtractor',
-            roi_layer=dict(type='RedetRiRoIAlignRotated', output_size=7, num_samples=2,
-                           num_orientations=8, clockwise=True, legacy_orientation=True),
-            out_channels=256,
-            featmap_strides=[4, 8, 16, 32]),
-    ]))
+# A list in a child config replaces the base's list whole: stage 1 is the base's, stage 2 the
+# base's with one flag added to its RoI layer.
+model = dict(roi_head=dict(bbox_roi_extractor=[
+    _base_.model.roi_head.bbox_roi_extractor[0],
+    dict(_base_.model.roi_head.bbox_roi_extractor[1],
+         roi_layer=dict(_base_.model.roi_head.bbox_roi_extractor[1].roi_layer,
+                        legacy_orientation=True)),
+]))

@@ -1,5 +1,8 @@
 # ReDet (ReResNet-50 + ReFPN + RPN + two-stage RoI Transformer), as published (mmrotate 1.x
 # redet-le90_re50_refpn_1x_dota). Rotated boxes are (cx, cy, w, h, theta) in le90.
+# Registers redet_plugin's components (models, and the data sets, metric and visualizer of the
+# other _base_ files) in mmdet's registries for every config built on this model.
+custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
 angle_version = 'le90'
 model = dict(
     type='RedetReDet',
@@ -51,8 +54,8 @@ model = dict(
         num_stages=2,
         stage_loss_weights=[1, 1],
         bbox_roi_extractor=[
-            # stage 1: horizontal proposals (RoIAlign variant: roi_layer=dict(type='RoIAlign',
-            # output_size=7, sampling_ratio=0), as mmrotate does)
+            # stage 1: horizontal proposals (configs/redet/redet-le90_re50_refpn_roialign_1x_dota.py
+            # pools them with RoIAlign, as mmrotate does)
             dict(
                 type='RedetHorizontalSingleRoIExtractor',
                 roi_layer=dict(type='RedetRoIPool', output_size=7),
