@@ -14,7 +14,7 @@ model = dict(
         pad_size_divisor=32,
         boxtype2tensor=False),
     # on a GPU, backbone + neck replayed as CUDA graphs: the same results with less host time
-    # a step (redet_plugin/models/detectors/feature_graphs.py); False runs them eagerly
+    # a step (redet_plugin/cuda_graphs/feature_graphs.py); False runs them eagerly
     cuda_graph_features=True,
     backbone=dict(
         type='RedetReResNet',
