@@ -2,6 +2,7 @@
 or FORCE_CUDA=1. Honours TORCH_CUDA_ARCH_LIST and MAX_JOBS (torch's extension tools read them)."""
 import glob
 import os
+import re
 import site
 import subprocess
 import sys
@@ -10,6 +11,16 @@ import warnings
 from setuptools import find_packages, setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def read_version():
+    """redet_plugin/version.py's __version__, read as text: setup.py runs no code of the package
+    it is building (the package's __init__ loads the mm layer when mmengine is loaded)."""
+    with open(os.path.join(ROOT, "redet_plugin", "version.py")) as f:
+        match = re.search(r'^__version__ = "([^"]+)"$', f.read(), re.MULTILINE)
+    if match is None:
+        raise RuntimeError('redet_plugin/version.py: expected a line __version__ = "X.Y.Z"')
+    return match.group(1)
 
 
 def import_build_torch():
@@ -106,7 +117,7 @@ warn_if_libstdcxx_is_not_shared()
 
 setup(
     name="redet_plugin",
-    version="0.1.0",
+    version=read_version(),
     description="Rotated object detection ops (RiRoIAlignRotated, RoIPool, depth-aware flow "
                 "projection) and a ReDet-like detector for the OpenMMLab stack",
     packages=find_packages(include=["redet_plugin", "redet_plugin.*"]),

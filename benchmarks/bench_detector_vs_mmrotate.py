@@ -3,7 +3,8 @@
 Runs, in this order (each a training of --iters iterations at batch 2 per GPU, fp32 unless said,
 from scratch, then a test on the val split, each through its project's own tools):
   mmrotate      mmrotate-dev's redet-le90_re50_refpn_1x_dota.py, its tools/train.py and test.py
-  ours          configs/redet/redet_re50_refpn_synthetic1024.py, tools/train.py and tools/test.py
+  ours          configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py, tools/train.py and
+                tools/test.py
   ours_amp      the same with --amp
   mmrotate_ops  mmrotate's config with our RoI ops, through mmrotate's tools
                 (configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py)
@@ -53,7 +54,7 @@ PROFILED_ITERS = 3  # the last iterations of a profile run, under torch.profiler
 MIN_RUN_S = 60  # a run is not started with less of the budget left
 MMROTATE_BASE = 'mmrotate::redet/redet-le90_re50_refpn_1x_dota.py'
 OPS_CONFIG = osp.join(REPO, 'configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py')
-OURS_CONFIG = osp.join(REPO, 'configs/redet/redet_re50_refpn_synthetic1024.py')
+OURS_CONFIG = osp.join(REPO, 'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py')
 PEER_ANN_DIR = 'annfiles'  # labels without header lines, for mmrotate
 # issue 17's goals
 GOALS = dict(train_speedup=2.5, test_speedup=3.0, amp_speedup=1.4, amp_map_drop=0.01,

@@ -20,7 +20,7 @@ import time
 import torch
 
 from benchmarks import profile_detector as pd
-from redet_plugin.models.detectors.feature_graphs import FeatureGraphs
+from redet_plugin.cuda_graphs import FeatureGraphs
 
 
 def timed_ms(fn, count):

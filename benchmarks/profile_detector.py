@@ -37,7 +37,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--out', required=True, help='JSON file')
     p.add_argument('--config',
-                   default=osp.join(REPO, 'configs/redet/redet_re50_refpn_synthetic1024.py'))
+                   default=osp.join(REPO,
+                                    'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py'))
     p.add_argument('--data-root', default=osp.join(REPO, 'data', 'synthetic_dota_1024'),
                    help='DOTA-format folder with train/ and val/ '
                    '(tools/data/make_synthetic_dota.py)')

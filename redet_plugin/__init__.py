@@ -8,7 +8,7 @@ layer is loaded too.
 """
 import sys
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401
 
 if "mmengine" in sys.modules:
     from . import mm  # noqa: F401

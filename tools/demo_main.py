@@ -5,7 +5,7 @@
 
 1. generates the synthetic DOTA-format set (the config's parameters) under --data-root unless
    it is already there;
-2. trains configs/redet/redet_re18_refpn_tiny_synthetic.py (tools/train.py; --resume auto, so a
+2. trains configs/redet/redet-le90_re18_refpn_tiny-synthetic.py (tools/train.py; --resume auto, so a
    stopped run continues);
 3. evaluates the last checkpoint on the val split (tools/test.py): per-class table, mAP@0.5,
    pictures of the rotated detections in <work-dir>/pictures, results in <work-dir>/results.pkl;
@@ -25,7 +25,7 @@ import time
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
-DEFAULT_CONFIG = osp.join(ROOT, 'configs/redet/redet_re18_refpn_tiny_synthetic.py')
+DEFAULT_CONFIG = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
 RECORD = 'demo_main.json'  # in the work dir: the settings of the run it holds
 
 from tools._common import fail  # noqa: E402

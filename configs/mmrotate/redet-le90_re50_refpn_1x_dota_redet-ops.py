@@ -7,26 +7,21 @@
 _base_ = 'mmrotate::redet/redet-le90_re50_refpn_1x_dota.py'
 custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
 
-model = dict(
-    roi_head=dict(bbox_roi_extractor=[
-        # A list replaces the base's list as a whole, so stage 1 is repeated as mmrotate has it.
-        dict(
-            type='mmdet.SingleRoIExtractor',
-            roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0),
-            out_channels=256,
-            featmap_strides=[4, 8, 16, 32]),
-        dict(
-            type='mmdet.RedetRotatedSingleRoIExtractor',
-            roi_layer=dict(
-                type='RedetRiRoIAlignRotated',
-                output_size=7,
-                num_samples=2,
-                num_orientations=8,
-                clockwise=True,
-                # True: the same features as mmcv's kernel, so mmrotate's checkpoints give their
-                # published results. False: orientation interpolation continuous in theta (the
-                # corrected kernel) for models trained with it.
-                legacy_orientation=True),
-            out_channels=256,
-            featmap_strides=[4, 8, 16, 32]),
-    ]))
+# A list in a child config replaces the base's list whole: stage 1 is mmrotate's (`_base_.x`
+# reads the base config's value), stage 2 mmrotate's with our extractor and RoI layer.
+model = dict(roi_head=dict(bbox_roi_extractor=[
+    _base_.model.roi_head.bbox_roi_extractor[0],
+    dict(
+        _base_.model.roi_head.bbox_roi_extractor[1],
+        type='mmdet.RedetRotatedSingleRoIExtractor',
+        roi_layer=dict(
+            type='RedetRiRoIAlignRotated',
+            output_size=7,
+            num_samples=2,
+            num_orientations=8,
+            clockwise=True,
+            # True: the same features as mmcv's kernel, so mmrotate's checkpoints give their
+            # published results. False: orientation interpolation continuous in theta (the
+            # corrected kernel) for models trained with it.
+            legacy_orientation=True)),
+]))

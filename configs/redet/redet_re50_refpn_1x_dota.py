@@ -1,8 +1,2 @@
-# ReDet, ReResNet-50 + ReFPN, 1x schedule on DOTA-v1.0 1024 x 1024 patches (the published setup).
-custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
-_base_ = [
-    '../_base_/models/redet_re50_refpn.py',
-    '../_base_/datasets/dota.py',
-    '../_base_/schedules/schedule_1x.py',
-    '../_base_/default_runtime.py',
-]
+# deprecated name; use configs/redet/redet-le90_re50_refpn_1x_dota.py
+_base_ = './redet-le90_re50_refpn_1x_dota.py'

@@ -2,7 +2,7 @@
 from . import backbones  # noqa: F401
 from . import necks  # noqa: F401
 from .equivariant import convert_to_plain, isolate_e2cnn_bases  # noqa: F401
-from . import roi_layers  # noqa: F401
+from . import op_modules  # noqa: F401
 from . import roi_extractors  # noqa: F401
 from . import roi_heads  # noqa: F401
 from . import task_modules  # noqa: F401

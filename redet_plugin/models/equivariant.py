@@ -7,7 +7,7 @@ y axis pointing down) by k * 2*pi/N rotates every feature map the same way and m
 channel o to (o + k) mod N: torch.rot90(image, 1, (2, 3)) moves o to o + 2 for C8
 (tests/test_models/test_re_resnet.py). Boxes whose angle theta turns the x axis towards +y (le90,
 RiRoIAlign with clockwise=True) get theta - pi/2 under that rotation, and RiRoIAlign's
-orientation shift floor(theta * N / 2pi) drops by 2: the two agree (test_redet_promise.py).
+orientation shift floor(theta * N / 2pi) drops by 2: the two agree (test_rotation_invariance.py).
 
 The equivariant modules keep e2cnn's GeometricTensor inside a network and plain tensors at its
 borders, so mmdet components see ordinary tensors. `convert_to_plain` swaps every e2cnn module for

@@ -3,9 +3,9 @@
 mmrotate's ReDet R50 (its own config, redet-le90_re50_refpn_1x_dota.py) gets our weights converted
 as tools/model_converters/redet_to_mmrotate.py does (a strict load), is trained one iteration on
 the CPU by an mmengine Runner (which saves epoch_1.pth exactly as mmrotate's training does), and
-that file must load into our configs/redet/redet_re50_refpn_mmrotate_1x_dota.py with no manual
-step and give mmrotate's detections (on the CPU compared in float64: predict_float64). mmcv's
-RiRoIAlignRotated has no CPU kernel, so on the CPU mmrotate's stage 2 runs ours with
+that file must load into our configs/redet/redet-le90_re50_refpn_mmrotate-compat_1x_dota.py with
+no manual step and give mmrotate's detections (on the CPU compared in float64: predict_float64).
+mmcv's RiRoIAlignRotated has no CPU kernel, so on the CPU mmrotate's stage 2 runs ours with
 legacy_orientation=True (bit-compatible with mmcv's, tests/test_ops); the CUDA test uses mmcv's
 own kernel. R50 models are built once per module; images are 256 x 256.
 mmrotate's models are built from plain e2cnn R2Convs, which share one basis per process: every one
@@ -47,8 +47,8 @@ from redet_plugin.ops import RiRoIAlignRotated  # noqa: E402
 
 mmcv_nms = importlib.import_module('mmcv.ops.nms')  # the module (mmcv.ops.nms is also a function)
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-OUR_CONFIG = osp.join(ROOT, 'configs/redet/redet_re50_refpn_mmrotate_1x_dota.py')
-TINY_CONFIG = osp.join(ROOT, 'configs/redet/redet_re18_refpn_tiny_synthetic.py')
+OUR_CONFIG = osp.join(ROOT, 'configs/redet/redet-le90_re50_refpn_mmrotate-compat_1x_dota.py')
+TINY_CONFIG = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
 MMROTATE_CONFIG = osp.join(osp.dirname(mmrotate.__file__),
                            '.mim/configs/redet/redet-le90_re50_refpn_1x_dota.py')
 SIZE = 256

@@ -1,17 +1,35 @@
-"""Every config parses, starts with our custom_imports, and names only registered types."""
+"""Every config parses, gets our custom_imports (declared once, where first needed), names only
+registered types and builds."""
 import glob
 import os.path as osp
+import re
 
 import pytest
 from mmdet.registry import (DATASETS, HOOKS, METRICS, MODELS, OPTIM_WRAPPERS, OPTIMIZERS,
                             PARAM_SCHEDULERS, TASK_UTILS, TRANSFORMS, VISUALIZERS, LOOPS,
                             DATA_SAMPLERS, VISBACKENDS, LOG_PROCESSORS)
 from mmengine.config import Config
+from mmengine.registry import DefaultScope
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs/redet/*.py')))
+
+
+def is_deprecated_name(path):
+    with open(path) as f:
+        return f.readline().startswith('# deprecated name; use ')
+
+
+# (the deprecated names are checked against these in test_deprecated_config_names.py)
+CONFIGS = sorted(p for p in glob.glob(osp.join(ROOT, 'configs/redet/*.py'))
+                 if not is_deprecated_name(p))
+CUSTOM_IMPORTS = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
+# the only configs that declare it: the model base (which every configs/redet config inherits)
+# and the configs built on mmdet's or mmrotate's own bases
+DECLARE_CUSTOM_IMPORTS = {'configs/_base_/models/redet-le90_re50_refpn.py',
+                          'configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py',
+                          'configs/faster_rcnn_roipool/faster-rcnn_r18_fpn_roipool_tiny-coco.py'}
 REGISTRIES = (MODELS, TASK_UTILS, DATASETS, TRANSFORMS, METRICS, VISUALIZERS, HOOKS,
               OPTIM_WRAPPERS, OPTIMIZERS, PARAM_SCHEDULERS, LOOPS, DATA_SAMPLERS, VISBACKENDS,
               LOG_PROCESSORS)
@@ -32,17 +50,32 @@ def types_in(node):
 
 @pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
 def test_config_parses_and_names_registered_types(path):
-    with open(path) as f:
-        assert "custom_imports = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)" \
-            in f.read()
     cfg = Config.fromfile(path)
+    assert cfg.custom_imports == CUSTOM_IMPORTS
     unknown = {t for t in types_in(cfg.to_dict()) if t not in MMCV_OPS and
                not any(r.get(t) is not None for r in REGISTRIES)}
     assert not unknown, f'{osp.basename(path)} names unregistered types {sorted(unknown)}'
 
 
+def test_custom_imports_declared_where_first_needed():
+    declaring = set()
+    for path in glob.glob(osp.join(ROOT, 'configs/**/*.py'), recursive=True):
+        with open(path) as f:
+            if re.search(r'^custom_imports\s*=', f.read(), re.MULTILINE):
+                declaring.add(osp.relpath(path, ROOT))
+    assert declaring == DECLARE_CUSTOM_IMPORTS
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
+def test_config_builds(path):
+    cfg = Config.fromfile(path)
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        model = MODELS.build(cfg.model)
+    assert type(model).__name__ == 'ReDet'
+
+
 def test_published_setup():
-    cfg = Config.fromfile(osp.join(ROOT, 'configs/redet/redet_re50_refpn_1x_dota.py'))
+    cfg = Config.fromfile(osp.join(ROOT, 'configs/redet/redet-le90_re50_refpn_1x_dota.py'))
     assert cfg.train_dataloader.batch_size == 2
     assert cfg.optim_wrapper.optimizer.lr == 0.005 and cfg.optim_wrapper.clip_grad.max_norm == 35
     assert cfg.train_cfg.max_epochs == 12
@@ -52,3 +85,20 @@ def test_published_setup():
             stage2.clockwise) == ('RedetRiRoIAlignRotated', 7, 2, 8, True)
     assert cfg.model.test_cfg.rcnn.nms == dict(type='nms_rotated', iou_threshold=0.1)
     assert cfg.model.train_cfg.rcnn[1].assigner.iou_calculator.type == 'RedetRBboxOverlaps2D'
+
+
+def extractors(name):
+    cfg = Config.fromfile(osp.join(ROOT, 'configs/redet', name))
+    return [e.to_dict() for e in cfg.model.roi_head.bbox_roi_extractor]
+
+
+def test_variants_change_only_what_they_state():
+    """The variants take their extractors from the base and change one thing each."""
+    horizontal, rotated = extractors('redet-le90_re50_refpn_1x_dota.py')
+    assert horizontal['roi_layer'] == dict(type='RedetRoIPool', output_size=7)
+    roialign = dict(horizontal, roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0))
+    assert extractors('redet-le90_re50_refpn_roialign_1x_dota.py') == [roialign, rotated]
+    legacy = dict(rotated, roi_layer=dict(rotated['roi_layer'], legacy_orientation=True))
+    assert extractors('redet-le90_re50_refpn_mmrotate-compat_1x_dota.py') == [roialign, legacy]
+    assert extractors('redet-le90_re18_refpn_tiny-synthetic.py') == [
+        dict(horizontal, out_channels=32), dict(rotated, out_channels=32)]

@@ -8,7 +8,7 @@ import pytest
 import torch
 from mmdet.registry import MODELS
 
-from redet_plugin.models.detectors.feature_graphs import FeatureGraphs
+from redet_plugin.cuda_graphs import FeatureGraphs
 from tests._helpers import full_fp32
 from tests.test_models.test_redet_detector import make_samples, tiny_model_cfg
 
@@ -101,7 +101,7 @@ class _StandIn:
 
 @pytest.fixture
 def stand_ins(monkeypatch):
-    from redet_plugin.models.detectors import feature_graphs
+    from redet_plugin.cuda_graphs import feature_graphs
     monkeypatch.setattr(feature_graphs, "_ForwardGraph", _StandIn)
     monkeypatch.setattr(feature_graphs, "_TrainingGraph", _StandIn)
     monkeypatch.setattr(FeatureGraphs, "_usable", staticmethod(lambda x: True))

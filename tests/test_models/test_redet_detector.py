@@ -14,7 +14,7 @@ from mmdet.utils import register_all_modules
 
 
 register_all_modules(init_default_scope=True)
-CONFIG = osp.join(osp.dirname(__file__), '../../configs/_base_/models/redet_re50_refpn.py')
+CONFIG = osp.join(osp.dirname(__file__), '../../configs/_base_/models/redet-le90_re50_refpn.py')
 
 
 def tiny_model_cfg(num_classes=3):

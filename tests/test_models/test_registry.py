@@ -159,7 +159,7 @@ def test_importing_twice_and_reloading_is_harmless():
         from mmdet.registry import MODELS
         before = {n: MODELS.get(n) for n in %r if MODELS.get(n) is not None}
         # the mm layer's entry, the package import lists and registering modules
-        names = ['redet_plugin.models.roi_layers',
+        names = ['redet_plugin.models.op_modules',
                  'redet_plugin.models.roi_extractors.rotated_single_level_roi_extractor',
                  'redet_plugin.models.roi_extractors.horizontal_single_level_roi_extractor',
                  'redet_plugin.models.roi_heads.roipool_roi_head', 'redet_plugin.models',

@@ -15,7 +15,7 @@ import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.datasets import DOTA_V1_CLASSES, DOTAAnnotationWarning
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-TINY = osp.join(ROOT, 'configs/redet/redet_re18_refpn_tiny_synthetic.py')
+TINY = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
 sys.path.insert(0, ROOT)
 # what demo_main.py --quick generates
 QUICK_SYNTHETIC = ('synthetic.num_train=4', 'synthetic.num_val=2', 'synthetic.image_size=96')
@@ -71,7 +71,7 @@ def test_resume_continues_after_the_last_finished_epoch(demo_run, config_file, t
 def test_train_names_a_missing_data_folder(tmp_path):
     from tools.train import main
     missing = str(tmp_path / 'no_such_folder')
-    config = osp.join(ROOT, 'configs/redet/redet_re50_refpn_1x_dota.py')  # DOTA: not generated
+    config = osp.join(ROOT, 'configs/redet/redet-le90_re50_refpn_1x_dota.py')  # DOTA: not generated
     with pytest.raises(SystemExit, match=r"train_dataloader.dataset.data_root: '.*no_such_folder"
                                          r"/?' does not exist"):
         main([config, '--work-dir', str(tmp_path / 'w'), '--cfg-options',

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+import redet_plugin
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -51,6 +53,9 @@ def test_setup_finds_the_environments_torch_under_pip_build_isolation(tmp_path):
     assert "mmdet<3.4.0,>=3.3.0" in sections["mm"] and "e2cnn>=0.2.3" in sections["mm"]
     assert not [r for r in sum(sections.values(), []) if r.startswith("torch")]
     assert sections["mim"] == ["mmcv<2.2.0,>=2.1.0"]  # apart: PyPI's mmcv source has no ops
+    # the version is written once, in redet_plugin/version.py
+    metadata = (tmp_path / "redet_plugin.egg-info" / "PKG-INFO").read_text().splitlines()
+    assert f"Version: {redet_plugin.__version__}" in metadata
 
 
 def test_setup_without_any_torch_says_what_to_do(tmp_path):

@@ -6,7 +6,8 @@ Not needed to use one: our ReFPN and e2cnn convs accept mmrotate's keys on loadi
 tools/test.py CONFIG CKPT, mmengine's load_checkpoint). This writes a file that needs no renaming:
 mmrotate's ReFPN keys `*_convs.i.conv.*` become `*_convs.i.*` and the cached e2cnn filters
 (`filter`, `expanded_bias`) are left out. CONFIG is our config of the same model, e.g.
-configs/redet/redet_re50_refpn_mmrotate_1x_dota.py (mmrotate's RiRoIAlign orientation mode).
+configs/redet/redet-le90_re50_refpn_mmrotate-compat_1x_dota.py (mmrotate's RiRoIAlign
+orientation mode).
 """
 import argparse
 import os.path as osp

@@ -16,8 +16,8 @@ from torch import Tensor
 
 from redet_plugin.utils.registration import register
 
+from ...cuda_graphs import FeatureGraphs
 from ...structures import rbox2hbox
-from .feature_graphs import FeatureGraphs
 
 
 def _horizontal_rpn_samples(batch_data_samples: SampleList) -> SampleList:
@@ -52,9 +52,10 @@ class ReDet(TwoStageDetector):
     """Two-stage detector with rotated ground truth and rotated predictions.
 
     Args:
-        cuda_graph_features: replay backbone + neck as CUDA graphs on the GPU (feature_graphs.py:
-            the same results, less host time per step): True, False (default), or a dict of
-            FeatureGraphs arguments (max_graphs, warmup). Other arguments: TwoStageDetector's.
+        cuda_graph_features: replay backbone + neck as CUDA graphs on the GPU
+            (redet_plugin/cuda_graphs/feature_graphs.py: the same results, less host time per
+            step): True, False (default), or a dict of FeatureGraphs arguments (max_graphs,
+            warmup). Other arguments: TwoStageDetector's.
     """
 
     def __init__(self, *args, cuda_graph_features=False, **kwargs):

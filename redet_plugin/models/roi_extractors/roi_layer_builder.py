@@ -2,7 +2,7 @@
 
 mmdet's BaseRoIExtractor resolves a string `roi_layer.type` only in mmcv.ops, where our layers
 ('RedetRoIPool', 'RedetRiRoIAlignRotated') are not. Our extractors resolve the name in mmdet's
-MODELS first (ours are registered there by redet_plugin.models.roi_layers; `mmdet.X`-style scoped
+MODELS first (ours are registered there by redet_plugin.models.op_modules; `mmdet.X`-style scoped
 names work too) and fall back to mmcv.ops for everything else ('RoIAlign', ...).
 """
 from typing import Sequence, Tuple

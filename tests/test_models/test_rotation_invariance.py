@@ -1,4 +1,4 @@
-"""The detector's promise (ReDet): rotation-invariant RoI features from equivariant features.
+"""ReDet's rotation invariance: rotation-invariant RoI features from equivariant features.
 
 An image rotated by 90 degrees, its ReResNet + ReFPN features pooled by RiRoIAlign (clockwise=True,
 le90 angles) with the correspondingly rotated RoIs, gives (nearly) the features of the original.
@@ -94,7 +94,7 @@ def networks():
 
 
 @pytest.mark.parametrize("kind", POOLS)
-def test_promise(networks, kind):
+def test_rotated_image_gives_the_same_roi_features(networks, kind):
     equivariant, plain, image = networks
     pool = make_pool(kind)
     errs = pooled_errors(*equivariant, pool, image, torch.Generator().manual_seed(2))
@@ -121,7 +121,7 @@ def test_symmetric_upsampling_makes_every_level_exact(networks, kind):
 
 
 @pytest.mark.parametrize("kind", POOLS)
-def test_wrong_spatial_convention_breaks_the_promise(networks, kind):
+def test_wrong_spatial_convention_breaks_invariance(networks, kind):
     # clockwise=False turns the sampling grid the other way: the test tells the conventions apart
     equivariant, _, image = networks
     errs = pooled_errors(*equivariant, make_pool(kind, clockwise=False), image,
@@ -130,7 +130,7 @@ def test_wrong_spatial_convention_breaks_the_promise(networks, kind):
 
 
 @pytest.mark.parametrize("kind", POOLS)
-def test_opposite_orientation_direction_breaks_the_promise(networks, kind):
+def test_opposite_orientation_direction_breaks_invariance(networks, kind):
     # features whose orientation channels cycle the other way (o -> -o within each field: a +2
     # shift becomes -2) are no longer compensated by RiRoIAlign's shift
     equivariant, _, image = networks
