@@ -21,3 +21,10 @@ model = dict(
             out_channels=256,
             featmap_strides=[4, 8, 16, 32]),
     ]))
+
+# mmrotate's rule for difficult objects (its DOTADataset's diff_thr=100): ground truth like any
+# other object, in training and in evaluation, so the same checkpoint on the same data gives
+# mmrotate's mAP. The other configs keep DOTA devkit's rule (ignored).
+train_dataloader = dict(dataset=dict(ignore_difficult=False))
+val_dataloader = dict(dataset=dict(ignore_difficult=False))
+test_dataloader = dict(dataset=dict(ignore_difficult=False))
