@@ -76,58 +76,21 @@ def data_errors_in_one_line():
 
 
 def check_checkpoint_matches(model, checkpoint_path: str, strict: bool = True) -> dict:
-    """Refuses a checkpoint whose weights do not fit the model (another architecture, another
-    number of classes), naming a few of the offending parameters. strict=False (load_from:
-    fine-tuning may change the heads) refuses only one of which most weights do not fit.
-    Keys pass through the model's load hooks (mmrotate's ReDet layout is accepted), so the
-    weights are loaded into `model` on the way; the Runner loads the same file next.
-    Returns the checkpoint."""
-    import torch
-    from mmengine.model import is_model_wrapper
-    if is_model_wrapper(model):
-        model = model.module
+    """redet_plugin.utils.checkpoint_check.load_checked_checkpoint (the weights are loaded into
+    `model` on the way; the Runner loads the same file next), its error as one line."""
+    from redet_plugin.utils.checkpoint_check import CheckpointMismatchError, load_checked_checkpoint
     try:
-        checkpoint = torch.load(checkpoint_path, map_location='cpu')
-    except Exception as error:  # truncated file, not a checkpoint at all
-        fail(f'checkpoint {checkpoint_path!r} cannot be read: {error}')
-    state = checkpoint.get('state_dict', checkpoint) if isinstance(checkpoint, dict) else None
-    if not isinstance(state, dict):
-        fail(f'checkpoint {checkpoint_path!r} holds no state_dict')
-    state = {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
-    expected = model.state_dict()
-    wrong_shape = {k: f'{k} {tuple(state[k].shape)} vs model {tuple(v.shape)}'
-                   for k, v in expected.items() if k in state and hasattr(state[k], 'shape')
-                   and tuple(state[k].shape) != tuple(v.shape)}
-    try:  # the others, to find what the load hooks make of their keys
-        missing, unexpected = model.load_state_dict(
-            {k: v for k, v in state.items() if k not in wrong_shape}, strict=False)
-    except RuntimeError as error:  # a wrong shape under a key the load hooks rename
-        fail(f'checkpoint {checkpoint_path!r} is from a different model: {error}')
-    missing = [k for k in missing if k not in wrong_shape]
-    matched = len(expected) - len(missing) - len(wrong_shape)
-    different = (missing or unexpected or wrong_shape) if strict else matched < len(expected) / 2
-    if different:
-        wrong_shape = list(wrong_shape.values())
-        fail(f'checkpoint {checkpoint_path!r} is from a different model: '
-             f'{len(missing)} missing, {len(unexpected)} unexpected, {len(wrong_shape)} '
-             f'wrong-shape weights of the model\'s {len(expected)} (e.g. missing {missing[:3]}, '
-             f'unexpected {unexpected[:3]}, wrong shape {wrong_shape[:3]})')
-    return checkpoint
+        return load_checked_checkpoint(model, checkpoint_path, strict)
+    except CheckpointMismatchError as error:
+        fail(str(error))
 
 
 def check_classes(model, dataset, checkpoint: Optional[dict] = None,
                   checkpoint_path: str = '') -> None:
-    """The data set's classes must be the model's: its bbox heads' num_classes, and the classes
-    the checkpoint was trained on (meta.dataset_meta.classes, where saved). Else the metric
-    scores each prediction as another class, and format_only fails after the whole inference."""
-    from mmdet.models.roi_heads.bbox_heads import BBoxHead
-    classes = list(dataset.metainfo.get('classes') or ())
-    saved = ((checkpoint or {}).get('meta') or {}).get('dataset_meta') or {}
-    if saved.get('classes') is not None and list(saved['classes']) != classes:
-        fail(f'checkpoint {checkpoint_path!r} was trained on {len(saved["classes"])} classes '
-             f'{list(saved["classes"])}, the data set has {len(classes)}: {classes} '
-             f'(set the data set\'s metainfo.classes to the checkpoint\'s)')
-    for head in model.modules():
-        if isinstance(head, BBoxHead) and head.num_classes != len(classes):
-            fail(f'the model predicts {head.num_classes} classes (bbox head num_classes), the '
-                 f'data set has {len(classes)}: {classes}')
+    """The data set's classes must be the model's and the checkpoint's (else the metric scores
+    each prediction as another class, and format_only fails after the whole inference)."""
+    from redet_plugin.utils.checkpoint_check import CheckpointMismatchError, check_model_classes
+    try:
+        check_model_classes(model, dataset.metainfo.get('classes') or (), checkpoint, checkpoint_path)
+    except CheckpointMismatchError as error:
+        fail(str(error))

@@ -14,3 +14,10 @@ model = dict(roi_head=dict(bbox_roi_extractor=[
          roi_layer=dict(_base_.model.roi_head.bbox_roi_extractor[1].roi_layer,
                         legacy_orientation=True)),
 ]))
+
+# mmrotate's rule for difficult objects (its DOTADataset's diff_thr=100): ground truth like any
+# other object, in training and in evaluation, so the same checkpoint on the same data gives
+# mmrotate's mAP. The other configs keep DOTA devkit's rule (ignored).
+train_dataloader = dict(dataset=dict(ignore_difficult=False))
+val_dataloader = dict(dataset=dict(ignore_difficult=False))
+test_dataloader = dict(dataset=dict(ignore_difficult=False))

@@ -66,6 +66,14 @@ def parse_dota_line(line: str) -> Optional[Tuple[List[float], str, int]]:
     return coords, fields[8], difficulty
 
 
+def difficult_rule_text(ignore_difficult: Optional[bool]) -> str:
+    """How difficult objects are treated, for logs: RedetDOTADataset's `ignore_difficult`
+    (None: a data set that does not say, its ignored_instances are used as given)."""
+    if ignore_difficult is None:
+        return "as the data set flags them (it does not say which rule it uses)"
+    return 'ignored (DOTA devkit)' if ignore_difficult else 'kept as ground truth (mmrotate)'
+
+
 @register(DATASETS)
 class DOTADataset(BaseDetDataset):
     """DOTA-format rotated-box dataset (DOTA-v1.0's 15 classes unless `metainfo.classes` says otherwise).
@@ -77,8 +85,15 @@ class DOTADataset(BaseDetDataset):
         img_suffixes: image file endings tried for each annotation file.
         on_bad_line: 'error' raises DOTAAnnotationError naming file and line for a malformed line
             or a missing image; 'warn' logs a warning and skips the line (or the image).
-        ignore_difficult: flag objects with difficulty >= 1 as `ignore_flag=1` (mmdet then packs
-            them into `ignored_instances`; the metric ignores them). False trains on them too.
+        ignore_difficult: the rule for difficult objects (difficulty >= 1 in the annotation; the
+            splitter marks objects cut by a patch border 2).
+            True (DOTA devkit's rule): they get `ignore_flag=1`, so mmdet packs them into
+            `ignored_instances`: in training they are no target (the assigners' ignore_iof_thr=-1
+            leaves them out entirely) and an image holding only such objects counts as empty for
+            filter_empty_gt; in evaluation a detection of one is neither right nor wrong.
+            False (mmrotate's rule, its DOTADataset's default diff_thr=100): they are ground truth
+            like any other object, in training and in evaluation.
+            The value is also in `metainfo['ignore_difficult']`, and RedetDOTAMetric logs it.
         filter_cfg: dict(filter_empty_gt=True) drops training images without (non-ignored) objects.
     Objects whose class is not in `classes` are left out (train on a subset of the classes), with
     one DOTAAnnotationWarning per such class name and load, giving its count (a misspelt class
@@ -97,8 +112,9 @@ class DOTADataset(BaseDetDataset):
             raise ValueError(f"DOTADataset: on_bad_line must be 'error' or 'warn', got {on_bad_line!r}")
         self.img_suffixes = (img_suffixes,) if isinstance(img_suffixes, str) else tuple(img_suffixes)
         self.on_bad_line = on_bad_line
-        self.ignore_difficult = ignore_difficult
+        self.ignore_difficult = bool(ignore_difficult)
         super().__init__(*args, **kwargs)
+        self._metainfo['ignore_difficult'] = self.ignore_difficult
 
     def _bad(self, message: str) -> None:
         if self.on_bad_line == 'error':

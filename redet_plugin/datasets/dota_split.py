@@ -1,7 +1,8 @@
 """Splits large DOTA images into overlapping square patches, cutting the annotations (DOTA devkit rules).
 
 Patches of `patch_size` slide by `patch_size - gap`; the last row/column is moved back to end at
-the image border; patches smaller than `patch_size` (small images) are zero-padded. Patch ids are
+the image border; patches smaller than `patch_size` (small images) are zero-padded
+(patch_windows and pad_patch: tools/infer.py cuts its patches with them too). Patch ids are
 `<image>__<rate>__<left>___<top>` (patch_naming.py; evaluation.patch_merge maps detections back).
 Per object and patch, with r = area(object ∩ patch) / area(object):
   r == 1            kept as is (coordinates shifted);
@@ -22,6 +23,8 @@ from .dota import parse_dota_line
 from .patch_naming import patch_id
 
 DotaObject = Tuple[np.ndarray, str, int]  # polygon (8,), class name, difficulty
+# How images are scaled for `rates` != 1 (tools/infer.py's --scales resamples its patches alike).
+RESIZE_INTERPOLATION = cv2.INTER_CUBIC
 
 
 def patch_origins(length: int, patch_size: int, gap: int) -> List[int]:
@@ -67,16 +70,26 @@ def cut_objects(objects: Sequence[DotaObject], left: int, top: int, patch_size: 
     return kept
 
 
+def patch_windows(height: int, width: int, patch_size: int, gap: int) -> List[Tuple[int, int]]:
+    """(left, top) of every patch of a height x width image, row by row (patch_origins per axis)."""
+    return [(left, top) for top in patch_origins(height, patch_size, gap)
+            for left in patch_origins(width, patch_size, gap)]
+
+
+def pad_patch(crop: np.ndarray, patch_size: int) -> np.ndarray:
+    """`crop` in the top-left corner of a zero (black) patch_size x patch_size patch."""
+    patch = np.zeros((patch_size, patch_size) + crop.shape[2:], dtype=crop.dtype)
+    patch[:crop.shape[0], :crop.shape[1]] = crop
+    return patch
+
+
 def split_image(img: np.ndarray, objects: Sequence[DotaObject], patch_size: int = 1024, gap: int = 200,
                 thresh: float = 0.7) -> Iterable[Tuple[int, int, np.ndarray, List[DotaObject]]]:
     """Yields (left, top, patch image (patch_size², zero-padded), patch objects)."""
     height, width = img.shape[:2]
-    for top in patch_origins(height, patch_size, gap):
-        for left in patch_origins(width, patch_size, gap):
-            crop = img[top:top + patch_size, left:left + patch_size]
-            patch = np.zeros((patch_size, patch_size) + img.shape[2:], dtype=img.dtype)
-            patch[:crop.shape[0], :crop.shape[1]] = crop
-            yield left, top, patch, cut_objects(objects, left, top, patch_size, thresh)
+    for left, top in patch_windows(height, width, patch_size, gap):
+        patch = pad_patch(img[top:top + patch_size, left:left + patch_size], patch_size)
+        yield left, top, patch, cut_objects(objects, left, top, patch_size, thresh)
 
 
 def read_dota_objects(txt: str) -> List[DotaObject]:
@@ -130,7 +143,7 @@ def split_dota(src: str, dst: str, patch_size: int = 1024, gap: int = 200, rates
                 raise FileNotFoundError(f'split_dota: no annotation {txt} for image {path}')
             objects = read_dota_objects(txt)
         for rate in rates:
-            scaled = img if rate == 1 else cv2.resize(img, None, fx=rate, fy=rate, interpolation=cv2.INTER_CUBIC)
+            scaled = img if rate == 1 else cv2.resize(img, None, fx=rate, fy=rate, interpolation=RESIZE_INTERPOLATION)
             scaled_objects = [(c * rate, n, d) for c, n, d in objects]
             for left, top, patch, patch_objects in split_image(scaled, scaled_objects, patch_size, gap, thresh):
                 stem = patch_id(name, rate, left, top)

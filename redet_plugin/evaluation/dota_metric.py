@@ -1,6 +1,4 @@
 """DOTAMetric: per-class AP at rotated IoU thresholds (DOTA Task1), mAP, optional submission files."""
-import os
-import os.path as osp
 from collections import OrderedDict
 from typing import List, Optional, Sequence, Union
 
@@ -13,9 +11,10 @@ from terminaltables import AsciiTable
 
 from redet_plugin.utils.registration import register
 
-from ..structures import rbox2qbox
+from ..datasets.dota import difficult_rule_text
 from .patch_merge import merge_patch_detections
 from .rotated_ap import eval_rotated_map
+from .task1_files import Task1Writer
 
 
 def _field(container, key: str):
@@ -38,7 +37,11 @@ def _labels(values) -> np.ndarray:
 
 @register(METRICS)
 class DOTAMetric(BaseMetric):
-    """VOC-style mAP for rotated boxes, difficult (ignored) objects ignored.
+    """VOC-style mAP for rotated boxes; the data set's ignored objects are ignored.
+
+    Which objects those are is the data set's rule: RedetDOTADataset's `ignore_difficult`
+    (True: difficult objects ignored, as DOTA's devkit; False: kept as ground truth, as
+    mmrotate). The evaluation log names the rule in use.
 
     Args:
         iou_thrs: rotated-IoU threshold(s); 'mAP' is the mean of the per-threshold mAPs.
@@ -103,6 +106,7 @@ class DOTAMetric(BaseMetric):
             logger.info(f'DOTA Task1 submission files written to {self.outfile_prefix}')
         if self.format_only:
             return OrderedDict()
+        logger.info(f'difficult objects: {difficult_rule_text(self.dataset_meta.get("ignore_difficult"))}')
         detections = [self._per_class(r, len(classes)) for r in results]
         annotations = [r['gt'] for r in results]
         metrics, maps = OrderedDict(), []
@@ -132,16 +136,9 @@ class DOTAMetric(BaseMetric):
 
     def write_submission(self, results: List[dict], classes: Sequence[str], folder: str) -> None:
         """Writes `Task1_<class>.txt` files, one line `image_id score x1 y1 ... x4 y4` per detection."""
-        os.makedirs(folder, exist_ok=True)
         per_image = [(r['img_id'], r['pred_bboxes'], r['pred_scores'], r['pred_labels']) for r in results]
         if self.merge_patches:
             per_image = merge_patch_detections(per_image, iou_thr=self.nms_iou_thr)
-        lines = {name: [] for name in classes}
-        for img_id, boxes, scores, labels in per_image:
-            polygons = rbox2qbox(torch.as_tensor(boxes, dtype=torch.float32).reshape(-1, 5)).numpy()
-            for polygon, score, label in zip(polygons, scores, labels):
-                coords = ' '.join(f'{v:.1f}' for v in polygon)
-                lines[classes[int(label)]].append(f'{img_id} {float(score):.4f} {coords}')
-        for name, class_lines in lines.items():
-            with open(osp.join(folder, f'Task1_{name}.txt'), 'w') as f:
-                f.write('\n'.join(class_lines) + ('\n' if class_lines else ''))
+        with Task1Writer(folder, classes) as writer:
+            for img_id, boxes, scores, labels in per_image:
+                writer.add(img_id, boxes, scores, labels)

@@ -1,0 +1,157 @@
+"""RotatedDetector: a config + checkpoint as a detector of images of any size.
+
+    from redet_plugin.inference import RotatedDetector
+    detector = RotatedDetector('configs/redet/redet-le90_re50_refpn_1x_dota.py', 'epoch_12.pth',
+                               device='cuda')
+    result = detector.predict('P0006.png')      # or an array (H, W[, C]) in OpenCV's BGR order
+    result.boxes, result.scores, result.labels, result.class_names(), result.polygons()
+"""
+import os.path as osp
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from ..utils.checkpoint_check import CheckpointMismatchError, check_model_classes, load_checked_checkpoint
+from .image_source import ImageSource
+from .patch_inference import Detections, check_patch_args, detect_by_patches
+
+
+@dataclass
+class DetectionResult:
+    """The detections of one image, in its pixels.
+
+    boxes: (N, 5) float32 rotated boxes (cx, cy, w, h, theta radians, le90); scores (N,);
+    labels (N,) indices into `classes`; by descending score.
+    """
+    name: str
+    height: int
+    width: int
+    boxes: np.ndarray
+    scores: np.ndarray
+    labels: np.ndarray
+    classes: Tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def class_names(self) -> List[str]:
+        return [self.classes[int(label)] for label in self.labels]
+
+    def polygons(self) -> np.ndarray:
+        """(N, 8) corners x1 y1 ... x4 y4, in DOTA's order."""
+        from ..structures import rbox2qbox
+        return rbox2qbox(torch.as_tensor(self.boxes, dtype=torch.float32).reshape(-1, 5)).numpy()
+
+
+class RotatedDetector:
+    """A detector built from an mmdet-style config and a checkpoint.
+
+    Args:
+        config: config file (or mmengine Config) of the model; its classes are the test (else
+            val, train) data set's `metainfo.classes`, else the data set type's defaults.
+        checkpoint: weights; None keeps the config's initialisation (for tests).
+        device: 'cuda', 'cuda:1', 'cpu'; default: cuda when available.
+        patch_size, patch_overlap, scales: the patches (dota_split's grid, at each scale;
+            redet_plugin/inference/patches.py); an image no larger than one patch is run whole.
+        batch_size: patches per forward pass.
+        score_thr: detections scoring lower are dropped.
+        merge_iou_thr: IoU of the class-wise rotated NMS that merges the patches' detections.
+    A checkpoint trained on other classes than the config's, or of another model, raises
+    CheckpointMismatchError (one line naming the file).
+    """
+
+    def __init__(self, config, checkpoint: Optional[str] = None, device: Optional[str] = None,
+                 patch_size: int = 1024, patch_overlap: int = 200, scales: Sequence[float] = (1.0,),
+                 batch_size: int = 1, score_thr: float = 0.05, merge_iou_thr: float = 0.1,
+                 cfg_options: Optional[dict] = None) -> None:
+        scales = tuple(float(s) for s in scales)
+        check_patch_args(patch_size, patch_overlap, scales, batch_size, score_thr, merge_iou_thr)
+        self.patch_size, self.patch_overlap, self.scales = int(patch_size), int(patch_overlap), scales
+        self.batch_size, self.score_thr, self.merge_iou_thr = int(batch_size), score_thr, merge_iou_thr
+        self.device = torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+        self.model, self.classes, self.palette = _build_model(config, checkpoint, self.device, cfg_options)
+
+    def predict(self, image: Union[str, np.ndarray, ImageSource], name: Optional[str] = None,
+                progress=None) -> DetectionResult:
+        """Detections of one image (a path, an array in OpenCV's BGR order, or an ImageSource).
+        A missing or unreadable image raises ImageReadError (one line naming it).
+        `progress(done, total)` is called after each batch of patches."""
+        source = image if isinstance(image, ImageSource) else ImageSource(image, name=name)
+        found = detect_by_patches(source, self.predict_patches, self.patch_size, self.patch_overlap,
+                                  self.scales, self.batch_size, self.score_thr, self.merge_iou_thr,
+                                  progress)
+        return DetectionResult(source.name, source.height, source.width, found.boxes, found.scores,
+                               found.labels, self.classes)
+
+    @torch.no_grad()
+    def predict_patches(self, patches: List[np.ndarray]) -> List[Detections]:
+        """The model on equal-sized uint8 (H, W, 3) BGR patches at their size (no resize):
+        per patch the detections in its pixels."""
+        from mmdet.structures import DetDataSample
+        inputs, samples = [], []
+        for pixels in patches:
+            height, width = pixels.shape[:2]
+            inputs.append(torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))))
+            samples.append(DetDataSample(metainfo=dict(
+                img_shape=(height, width), ori_shape=(height, width), scale_factor=(1.0, 1.0))))
+        outputs = self.model.test_step(dict(inputs=inputs, data_samples=samples))
+        found = []
+        for output in outputs:
+            pred = output.pred_instances
+            boxes = getattr(pred.bboxes, 'tensor', pred.bboxes)
+            found.append(Detections(boxes.detach().float().cpu().numpy().reshape(-1, 5),
+                                    pred.scores.detach().float().cpu().numpy(),
+                                    pred.labels.detach().cpu().numpy().astype(np.int64)))
+        return found
+
+
+def _build_model(config, checkpoint: Optional[str], device: torch.device, cfg_options: Optional[dict]):
+    """(model in eval mode on `device`, classes, palette); checkpoint and classes checked."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    if isinstance(config, str):
+        if not osp.isfile(config):
+            raise ValueError(f'config file {config!r} does not exist')
+        config = Config.fromfile(config)
+    cfg = config.copy()
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    init_default_scope(cfg.get('default_scope', 'mmdet'))
+    import redet_plugin.mm  # noqa: F401  (a config without custom_imports still finds our types)
+    from mmdet.registry import MODELS
+    classes, palette = _config_classes(cfg)
+    model = MODELS.build(cfg.model)
+    if checkpoint is not None:
+        loaded = load_checked_checkpoint(model, checkpoint)
+        check_model_classes(model, classes, loaded, checkpoint, owner='the config')
+    elif classes is not None:
+        check_model_classes(model, classes, owner='the config')
+    if classes is None:
+        raise CheckpointMismatchError('the config names no classes (test_dataloader.dataset.metainfo.classes)')
+    model.dataset_meta = dict(classes=classes, palette=palette)
+    return model.to(device).eval(), tuple(classes), palette
+
+
+def _config_classes(cfg) -> Tuple[Optional[Tuple[str, ...]], Optional[list]]:
+    """The classes (and palette) of the config's test, else val, else train data set."""
+    from mmdet.registry import DATASETS
+    for key in ('test_dataloader', 'val_dataloader', 'train_dataloader'):
+        dataset = (cfg.get(key) or {}).get('dataset')
+        while dataset is not None and 'dataset' in dataset and 'metainfo' not in dataset:
+            dataset = dataset['dataset']  # wrappers (RepeatDataset, ...)
+        if not dataset:
+            continue
+        metainfo = dict(dataset.get('metainfo') or {})
+        dataset_type = dataset.get('type')
+        defaults = {}
+        if isinstance(dataset_type, str) and DATASETS.get(dataset_type) is not None:
+            defaults = getattr(DATASETS.get(dataset_type), 'METAINFO', {}) or {}
+        elif isinstance(dataset_type, type):
+            defaults = getattr(dataset_type, 'METAINFO', {}) or {}
+        classes = metainfo.get('classes', defaults.get('classes'))
+        if classes is not None:
+            palette = metainfo.get('palette', defaults.get('palette') if 'classes' not in metainfo else None)
+            return tuple(classes), list(palette) if palette is not None else None
+    return None, None

@@ -1,0 +1,70 @@
+"""Refusing checkpoints that do not fit a model, with one readable line: the one check of
+tools/train.py, tools/test.py (tools/_common.py) and redet_plugin.inference."""
+from typing import Optional, Sequence
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint cannot be read, or does not fit the model or its classes; the message is one
+    line naming the file."""
+
+
+def load_checked_checkpoint(model, checkpoint_path: str, strict: bool = True) -> dict:
+    """Loads the checkpoint's weights into `model`, refusing one whose weights do not fit
+    (another architecture, another number of classes) and naming a few of the offending
+    parameters. strict=False (load_from: fine-tuning may change the heads) refuses only one of
+    which most weights do not fit. Keys pass through the model's load hooks (mmrotate's ReDet
+    layout is accepted). Returns the checkpoint."""
+    import torch
+    from mmengine.model import is_model_wrapper
+    if is_model_wrapper(model):
+        model = model.module
+    try:
+        checkpoint = torch.load(checkpoint_path, map_location='cpu')
+    except Exception as error:  # missing, truncated, not a checkpoint at all
+        raise CheckpointMismatchError(f'checkpoint {checkpoint_path!r} cannot be read: '
+                                      f'{str(error).splitlines()[0] if str(error) else type(error).__name__}') from None
+    state = checkpoint.get('state_dict', checkpoint) if isinstance(checkpoint, dict) else None
+    if not isinstance(state, dict):
+        raise CheckpointMismatchError(f'checkpoint {checkpoint_path!r} holds no state_dict')
+    state = {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
+    expected = model.state_dict()
+    wrong_shape = {k: f'{k} {tuple(state[k].shape)} vs model {tuple(v.shape)}'
+                   for k, v in expected.items() if k in state and hasattr(state[k], 'shape')
+                   and tuple(state[k].shape) != tuple(v.shape)}
+    try:  # the others, to find what the load hooks make of their keys
+        missing, unexpected = model.load_state_dict(
+            {k: v for k, v in state.items() if k not in wrong_shape}, strict=False)
+    except RuntimeError as error:  # a wrong shape under a key the load hooks rename
+        first = str(error).replace('\n', ' ')
+        raise CheckpointMismatchError(f'checkpoint {checkpoint_path!r} is from a different model: {first}') from None
+    missing = [k for k in missing if k not in wrong_shape]
+    matched = len(expected) - len(missing) - len(wrong_shape)
+    different = (missing or unexpected or wrong_shape) if strict else matched < len(expected) / 2
+    if different:
+        wrong_shape = list(wrong_shape.values())
+        raise CheckpointMismatchError(
+            f'checkpoint {checkpoint_path!r} is from a different model: '
+            f'{len(missing)} missing, {len(unexpected)} unexpected, {len(wrong_shape)} '
+            f'wrong-shape weights of the model\'s {len(expected)} (e.g. missing {missing[:3]}, '
+            f'unexpected {unexpected[:3]}, wrong shape {wrong_shape[:3]})')
+    return checkpoint
+
+
+def check_model_classes(model, classes: Sequence[str], checkpoint: Optional[dict] = None,
+                        checkpoint_path: str = '', owner: str = 'the data set') -> None:
+    """`classes` (those of `owner`: the data set, the config) must be the model's: its bbox
+    heads' num_classes, and the classes the checkpoint was trained on (meta.dataset_meta.classes,
+    where saved). Else every prediction is scored or named as another class."""
+    from mmdet.models.roi_heads.bbox_heads import BBoxHead
+    classes = list(classes or ())
+    saved = ((checkpoint or {}).get('meta') or {}).get('dataset_meta') or {}
+    if saved.get('classes') is not None and list(saved['classes']) != classes:
+        raise CheckpointMismatchError(
+            f'checkpoint {checkpoint_path!r} was trained on {len(saved["classes"])} classes '
+            f'{list(saved["classes"])}, {owner} has {len(classes)}: {classes} '
+            f'(set {owner}\'s metainfo.classes to the checkpoint\'s)')
+    for head in model.modules():
+        if isinstance(head, BBoxHead) and head.num_classes != len(classes):
+            raise CheckpointMismatchError(
+                f'the model predicts {head.num_classes} classes (bbox head num_classes), '
+                f'{owner} has {len(classes)}: {classes}')

@@ -1,0 +1,103 @@
+"""tools/infer.py end to end with the real tiny ReDet (randomly initialised, saved as a
+checkpoint): outputs, formats, the API's result, failures that let the other inputs run."""
+import os.path as osp
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+CONFIG = 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py'
+CLASSES = ('plane', 'ship', 'storage-tank', 'small-vehicle', 'tennis-court')
+PATCHES = ['--patch-size', '128', '--patch-overlap', '32', '--device', 'cpu']
+
+
+@pytest.fixture(scope='module')
+def checkpoint(tmp_path_factory):
+    from mmdet.registry import MODELS
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    import redet_plugin.mm  # noqa: F401
+    init_default_scope('mmdet')
+    model = MODELS.build(Config.fromfile(CONFIG).model)
+    torch.manual_seed(0)
+    model.init_weights()
+    folder = tmp_path_factory.mktemp('ckpt')
+    path = str(folder / 'tiny.pth')
+    torch.save(dict(state_dict=model.state_dict(), meta=dict(dataset_meta=dict(classes=CLASSES))), path)
+    other = str(folder / 'other_classes.pth')
+    torch.save(dict(state_dict=model.state_dict(), meta=dict(dataset_meta=dict(classes=CLASSES[::-1]))), other)
+    return path, other
+
+
+@pytest.fixture(scope='module')
+def images(tmp_path_factory):
+    folder = tmp_path_factory.mktemp('images')
+    rng = np.random.default_rng(0)
+    colour = cv2.GaussianBlur(rng.integers(0, 256, (160, 200, 3)).astype(np.uint8), (0, 0), 2)
+    cv2.imwrite(str(folder / 'colour.png'), colour)
+    cv2.imwrite(str(folder / 'gray16.png'), colour[:, :, 1].astype(np.uint16) * 200)
+    (folder / 'broken.png').write_bytes(b'not an image')
+    return folder, colour
+
+
+def read_preds(path):
+    rows = [line.split() for line in open(path).read().splitlines()]
+    for row in rows:
+        assert len(row) == 10 and row[8] in CLASSES and 0.05 <= float(row[9]) <= 1
+    return rows
+
+
+def test_infer_writes_predictions_pictures_and_matches_the_api(tmp_path, checkpoint, images, capsys):
+    from tools.infer import main
+    from redet_plugin.inference import RotatedDetector
+    folder, colour = images
+    out = tmp_path / 'out'
+    failures = main([str(folder / 'colour.png'), str(folder / 'gray16.png'), str(folder / 'broken.png'),
+                     str(folder / 'missing.png'), CONFIG, checkpoint[0], '--out-dir', str(out),
+                     '--batch-size', '3', '--vis-max-size', '100', *PATCHES])
+    # the unreadable and the missing image failed, one line each, listed at the end; the others ran
+    assert len(failures) == 2 and 'broken.png' in failures[0] and 'missing.png' in failures[1]
+    err = capsys.readouterr().err
+    assert '2 failed:' in err and err.count("error: image '") == 2
+    rows = read_preds(out / 'preds' / 'colour.txt')
+    read_preds(out / 'preds' / 'gray16.txt')
+    assert sorted(p.name for p in (out / 'vis').iterdir()) == ['colour.jpg', 'gray16.jpg']
+    assert cv2.imread(str(out / 'vis' / 'colour.jpg')).shape == (80, 100, 3)  # longer side 100
+    # the API with the same settings: the same detections (a random model finds plenty)
+    detector = RotatedDetector(CONFIG, checkpoint[0], device='cpu', patch_size=128, patch_overlap=32)
+    result = detector.predict(str(folder / 'colour.png'))
+    assert len(rows) == len(result) > 0
+    expected = result.polygons()
+    np.testing.assert_allclose(np.array([[float(v) for v in r[:8]] for r in rows]), expected, atol=0.006)
+    assert [r[8] for r in rows] == result.class_names()
+    # batches of patches do not change the result (every patch is padded to the patch size)
+    one_by_one = RotatedDetector(CONFIG, checkpoint[0], device='cpu', patch_size=128, patch_overlap=32,
+                                 batch_size=1).predict(colour)
+    np.testing.assert_allclose(one_by_one.boxes, result.boxes, atol=1e-3)
+    np.testing.assert_allclose(one_by_one.scores, result.scores, atol=1e-5)
+
+
+def test_dota_submission(tmp_path, checkpoint, images):
+    from tools.infer import main
+    folder, _ = images
+    out = tmp_path / 'sub'
+    assert main([str(folder / 'colour.png'), CONFIG, checkpoint[0], '--out-dir', str(out),
+                 '--dota-submission', '--no-vis', '--batch-size', '6', *PATCHES]) == []
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted(f'Task1_{c}.txt' for c in CLASSES)
+    lines = [line.split() for f in files for line in open(out / f).read().splitlines()]
+    assert lines and all(len(line) == 10 and line[0] == 'colour' for line in lines)
+
+
+def test_checkpoint_of_other_classes_is_one_line(tmp_path, checkpoint, images):
+    from tools.infer import main
+    folder, _ = images
+    with pytest.raises(SystemExit, match=r"^error: checkpoint '.*other_classes\.pth' was trained on 5 classes "
+                       r"\['tennis-court', .*the config has 5: \['plane'"):
+        main([str(folder / 'colour.png'), CONFIG, checkpoint[1], '--out-dir', str(tmp_path), *PATCHES])
+    with pytest.raises(SystemExit, match=r"^error: checkpoint '.*nope\.pth' does not exist$"):
+        main([str(folder / 'colour.png'), CONFIG, str(tmp_path / 'nope.pth'), '--out-dir', str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"^error: patch_overlap must be an integer in \[0, patch_size=128\)"):
+        main([str(folder / 'colour.png'), CONFIG, checkpoint[0], '--out-dir', str(tmp_path), '--patch-size', '128',
+              '--patch-overlap', '200', '--device', 'cpu'])
