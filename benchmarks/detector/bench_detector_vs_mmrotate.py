@@ -185,7 +185,8 @@ def check_memory_hook(path, base):
         return
     imports, hooks = imports_and_hooks(base)
     derived_imports, derived_hooks = imports_and_hooks(path)
-    missing = [name for name in imports + [MEMORY_HOOK_IMPORT] if name not in derived_imports]
+    missing = [name for name in dict.fromkeys(imports + [MEMORY_HOOK_IMPORT])
+               if name not in derived_imports]
     if missing or derived_hooks != hooks + [MEMORY_HOOK]:
         raise RuntimeError(f'{path}: custom_imports {derived_imports} (missing {missing}), '
                            f'custom_hooks {derived_hooks}: expected the base\'s and '
