@@ -1,2 +1,3 @@
-"""GPU benchmarks against the peers and compute-sanitizer drivers; run them from the repository
-root as modules, e.g. `python -m benchmarks.bench_roi_pool --out roi_pool.json`."""
+"""GPU benchmarks against the peers (ops/, detector/) and profilers (profiling/); run them from
+the repository root as modules, e.g. `python -m benchmarks.ops.bench_roi_pool --out roi_pool.json`.
+Shared timing code: benchmarks/_timing.py. benchmarks/device_run.sh runs them on the GPU machine."""

@@ -1,11 +1,12 @@
-"""GPU timing shared by the benchmarks: CUDA events around each call, warm-up first, L2 flushed
-before every timed call (a 256 MB write), median of many runs; the host's time per call of calls
-back to back; the backward through autograd; a clear exit where there is no GPU.
+"""Timing shared by the benchmarks and profilers: CUDA events around each call, warm-up first, L2
+flushed before every timed call (a 256 MB write), median of many runs; the host's time per call of
+calls back to back; per-kernel device times; wall-clock medians on the CPU; the backward through
+autograd; a clear exit where there is no GPU.
 
 The GPU time of a call is measured with the GPU kept busy (a spin kernel after the flush) while the
 host enqueues it, as in a training loop where the host runs ahead: otherwise the host's own time
-(torch's autograd.grad alone takes 60-80 us of host time on the H200 machine, more than the flush)
-shows up as idle GPU time inside the events. The host's cost is reported apart (back_to_back_us)."""
+(torch's autograd.grad alone can take longer than the flush) shows up as idle GPU time inside the
+events. The host's cost is reported apart (back_to_back_us)."""
 import json
 import statistics
 import sys
@@ -65,8 +66,8 @@ def flush_l2():
     _flush_buffer.fill_(1.0)
 
 
-# about 0.2 ms on an H200: with the flush, longer than any one call's host time here (autograd.grad
-# about 0.1 ms), and short, as an op that waits for the GPU (a checked forward) spins through it
+# The spin, with the flush, must outlast any one call's host time here (autograd.grad included),
+# and stay short: an op that waits for the GPU (a checked forward) spins through it.
 QUEUE_AHEAD_CYCLES = 400_000
 
 
@@ -119,6 +120,18 @@ def back_to_back_us(fn, calls=200, warmup=10):
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - start) / calls * 1e6
+
+
+def median_wall_ms(fn, repeats, warmup=1):
+    """Median wall milliseconds of fn() (for CPU code: no synchronisation)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
 
 
 def kernel_times_us(fn, keep=lambda name: True, calls=20):

@@ -2,12 +2,13 @@
 # One call on the GPU machine does it all: install the carried wheels (.devwheels), build the ops
 # with CUDA (and, when .peers/dain holds DAIN's DepthFlowProjection sources, DAIN's kernels beside
 # it), run the benchmarks first on the idle GPU, then the whole test suite with compute-sanitizer
-# (memcheck and racecheck) over the sanitize_*.py drivers in parallel.
+# (memcheck and racecheck) over the tests/sanitize/sanitize_*.py drivers in parallel.
 # Usage (repo root, on the device):
 #   bash benchmarks/device_run.sh ["TESTS"] ["BENCHES"] ["SANITIZE SCRIPTS"]
 # Each argument left out takes its default: TESTS `tests` (the whole suite; "" runs none),
-# BENCHES the four op benchmarks, SANITIZE every benchmarks/sanitize_*.py ("" runs none).
-# Benchmarks and sanitizer drivers are given as paths (benchmarks/bench_x.py) and run as modules.
+# BENCHES the four op benchmarks, SANITIZE every tests/sanitize/sanitize_*.py ("" runs none).
+# Benchmarks and sanitizer drivers are given as paths (benchmarks/ops/bench_x.py) and run as
+# modules.
 # Environment: OUT (default /tmp/out), PYTEST_WORKERS (default 8), REDET_TEST_GPUS (spread the
 # test workers over that many GPUs: tests/conftest.py), DAIN_SRC (default .peers/dain), DEADLINE_S (default 570:
 # every step's time limit is cut so that the call ends by then; keep it under the call's limit).
@@ -16,8 +17,8 @@
 set -uo pipefail
 T0=$(date +%s)
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; LOGS="$OUT/logs"; mkdir -p "$LOGS"
-DEFAULT_BENCHES="benchmarks/bench_riroi_align_rotated.py benchmarks/bench_roi_pool.py benchmarks/bench_depth_flow_projection.py benchmarks/bench_rotated_extractor.py"
-TESTS="${1-tests}"; BENCHES="${2-$DEFAULT_BENCHES}"; SANITIZE="${3-$(ls benchmarks/sanitize_*.py)}"
+DEFAULT_BENCHES="benchmarks/ops/bench_riroi_align_rotated.py benchmarks/ops/bench_roi_pool.py benchmarks/ops/bench_depth_flow_projection.py benchmarks/ops/bench_rotated_extractor.py"
+TESTS="${1-tests}"; BENCHES="${2-$DEFAULT_BENCHES}"; SANITIZE="${3-$(ls tests/sanitize/sanitize_*.py)}"
 DAIN_SRC="${DAIN_SRC:-.peers/dain}"; DAIN_BUILD=/tmp/dain_build; DEADLINE_S="${DEADLINE_S:-570}"
 export PYTHONUNBUFFERED=1
 left() { echo $(( DEADLINE_S - ($(date +%s) - T0) )); }               # seconds to the deadline
@@ -29,7 +30,7 @@ finish() {
   say "done in $(( $(date +%s) - T0 )) s; under \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
 }
 trap finish EXIT
-module() { local m="${1%.py}"; echo "${m//\//.}"; }                   # benchmarks/x.py -> benchmarks.x
+module() { local m="${1%.py}"; echo "${m//\//.}"; }           # benchmarks/ops/x.py -> benchmarks.ops.x
 
 source .devwheels/install_wheels.sh .devwheels > "$LOGS/setup.log" 2>&1 || { cat "$LOGS/setup.log"; exit 1; }
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv >> "$LOGS/setup.log"
@@ -39,7 +40,7 @@ BUILD_CXX="${CXX_OVERRIDE:-$( [ -x /usr/bin/g++ ] && echo /usr/bin/g++ || echo "
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" TORCH_CUDA_ARCH_LIST=9.0
 # DAIN's kernels (two files) build beside ours; the flow benchmark then loads them without compiling.
 if [ -d "$DAIN_SRC" ]; then
-  ( CXX="$BUILD_CXX" timeout "$(limit 300)" python3 -m benchmarks._peer_build "$DAIN_SRC" --name dain_depthflowprojection_cuda \
+  ( CXX="$BUILD_CXX" timeout "$(limit 300)" python3 -m benchmarks.ops._peer_build "$DAIN_SRC" --name dain_depthflowprojection_cuda \
       --build-dir "$DAIN_BUILD" > "$LOGS/dain_build.log" 2>&1; echo "dain build rc=$?" > "$LOGS/dain_build.rc" ) &
   DAIN_PID=$!
 else

@@ -1,9 +1,16 @@
-"""Small helpers shared by the tests."""
+"""Helpers shared by the tests (the ones the benchmarks and sanitizer drivers share too live in
+redet_plugin/testing.py). mm imports stay inside the functions, so that the ops tests load torch
+and the ops only."""
 import contextlib
+import math
+import os.path as osp
 
 import torch
 
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
+
+# ---- numerics -----------------------------------------------------------------------------------
 @contextlib.contextmanager
 def deterministic_mode():
     """torch.use_deterministic_algorithms(True) for the block, restoring the previous setting."""
@@ -26,3 +33,230 @@ def full_fp32():
         yield
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def assert_close_to_scale(ours, ref, tol):
+    """Each pair of tensors close up to tol relative to the reference's largest value (in float32
+    the flow projection's depth gradient, -(G + out)/count, cancels large terms: the summation
+    order shows at the scale of the largest value, not of each element)."""
+    for a, b in zip(ours, ref, strict=True):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.cpu().double(), b.cpu().double(), rtol=tol, atol=tol * scale)
+
+
+# ---- depth-aware flow projection ----------------------------------------------------------------
+def flow_tolerance(dtype):
+    """The flow projection's tolerance against the reference, by dtype."""
+    return {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-5}.get(dtype, 1e-10)
+
+
+def ours_and_reference_grads(flow, depth, t, fill, inverse=False, check=True):
+    """[ours, reference]: each (output, count, flow gradient, depth gradient) of the flow
+    projection for one random grad_output."""
+    import redet_plugin.ops  # noqa: F401  (loads the op)
+    from tests.test_ops._reference import depth_flow_projection_reference
+    op = torch.ops.redet.depth_flow_projection.default
+    grad = torch.randn(flow.shape, generator=torch.Generator().manual_seed(5)).to(flow.device,
+                                                                                  flow.dtype)
+    results = []
+    for fn in (lambda f, d: op(f, d, t, inverse, fill, check),
+               lambda f, d: depth_flow_projection_reference(f, d, t, fill, inverse)):
+        f, d = flow.detach().clone().requires_grad_(), depth.detach().clone().requires_grad_()
+        out, count = fn(f, d)
+        out.backward(grad)
+        results.append((out, count, f.grad, d.grad))
+    return results
+
+
+# ---- detector -----------------------------------------------------------------------------------
+TINY_MODEL_BASE = osp.join(REPO, 'configs/_base_/models/redet-le90_re50_refpn.py')
+
+
+def tiny_model_cfg(num_classes=3):
+    """The ReDet model config shrunk to an R18 backbone with few channels (CPU-sized)."""
+    from mmengine.config import Config
+    import redet_plugin.mm  # noqa: F401  (registers the mm layer)
+    cfg = Config.fromfile(TINY_MODEL_BASE).model
+    cfg.backbone.update(depth=18, base_channels=16)
+    cfg.neck.update(in_channels=[16, 32, 64, 128], out_channels=32)
+    cfg.rpn_head.update(in_channels=32, feat_channels=32)
+    for extractor in cfg.roi_head.bbox_roi_extractor:
+        extractor.out_channels = 32
+    for head in cfg.roi_head.bbox_head:
+        head.update(in_channels=32, fc_out_channels=64, num_classes=num_classes)
+    cfg.train_cfg.rcnn[0].sampler.num = cfg.train_cfg.rcnn[1].sampler.num = 64
+    cfg.test_cfg.rpn.update(nms_pre=200, max_per_img=100)
+    cfg.train_cfg.rpn_proposal.update(nms_pre=200, max_per_img=100)
+    return cfg
+
+
+def make_samples(num_images=2, size=128, num_boxes=(3, 0)):
+    """DetDataSamples with random rotated ground-truth boxes (num_boxes per image, cycled)."""
+    from mmdet.structures import DetDataSample
+    from mmengine.structures import InstanceData
+    samples = []
+    for i in range(num_images):
+        sample = DetDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size),
+                                             pad_shape=(size, size), scale_factor=(1.0, 1.0),
+                                             batch_input_shape=(size, size)))
+        k = num_boxes[i % len(num_boxes)]
+        g = torch.Generator().manual_seed(i)
+        centres = 30 + torch.rand(k, 2, generator=g) * (size - 60)
+        sizes = 12 + torch.rand(k, 2, generator=g) * 30
+        angles = (torch.rand(k, 1, generator=g) - 0.5) * math.pi
+        sample.gt_instances = InstanceData(
+            bboxes=torch.cat([centres, sizes.max(1, keepdim=True)[0],
+                              sizes.min(1, keepdim=True)[0], angles], 1),
+            labels=torch.randint(0, 3, (k,), generator=g))
+        samples.append(sample)
+    return samples
+
+
+# ---- mmrotate-dev 1.0.1 -------------------------------------------------------------------------
+# mmrotate imports torchvision in one detector module (h2rbox_v2: `torchvision.transforms`), and
+# torchvision cannot load beside the CPU torch of the CI machines. Only when the real import fails,
+# a stand-in with the one function mmrotate uses (and the version string mmengine's Runner logs)
+# takes its place; with a working torchvision (the GPU machine) the real one is used.
+MMROTATE_STAND_IN_CODE = '''
+import sys, types
+try:
+    import torchvision.transforms  # noqa: F401
+except Exception:
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[name]
+    functional = types.ModuleType("torchvision.transforms.functional")
+    functional.vflip = lambda img: img.flip(-2)
+    transforms = types.ModuleType("torchvision.transforms")
+    transforms.functional = functional
+    torchvision = types.ModuleType("torchvision")
+    torchvision.transforms = transforms
+    torchvision.__version__ = "0+redet-stand-in"  # mmengine's Runner reports it (collect_env)
+    torchvision.__redet_stand_in__ = True
+    sys.modules.update({"torchvision": torchvision, "torchvision.transforms": transforms,
+                        "torchvision.transforms.functional": functional})
+'''
+
+
+def register_mmrotate() -> None:
+    """Registers mmrotate's modules; a stand-in is removed again afterwards (mmrotate keeps its
+    reference), so that code asking for torchvision later sees it missing, as without mmrotate."""
+    import sys
+    exec(MMROTATE_STAND_IN_CODE, {"__name__": "redet_tests_stand_in"})
+    from mmrotate.utils import register_all_modules
+    register_all_modules(init_default_scope=False)
+    if getattr(sys.modules.get("torchvision"), "__redet_stand_in__", False):
+        for name in ("torchvision", "torchvision.transforms", "torchvision.transforms.functional"):
+            del sys.modules[name]
+
+
+# ---- RoIPool ------------------------------------------------------------------------------------
+def roi_pool_rois(num_rois, num_images, size, generator=None, dtype=torch.float32):
+    """Float boxes (batch, x1, y1, x2, y2) in image coordinates: some off the map, some malformed
+    (x2 < x1), some tiny."""
+    g = generator
+    batch = torch.randint(0, num_images, (num_rois, 1), generator=g).float()
+    xy1 = torch.rand(num_rois, 2, generator=g) * size * 1.2 - size * 0.1
+    wh = torch.rand(num_rois, 2, generator=g) * size * 0.8 - size * 0.1  # some negative
+    return torch.cat([batch, xy1, xy1 + wh], dim=1).to(dtype)
+
+
+def roi_pool_case(seed, dtype=torch.float32, n=2, c=3, h=13, w=17, k=9, scale=0.5):
+    """(features, rois) for RoIPool: random features and roi_pool_rois over the image."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, c, h, w, generator=g).to(dtype)
+    rois = roi_pool_rois(k, n, max(h, w) / scale, g, dtype)
+    return x, rois
+
+
+def roi_pool_tolerance(dtype):
+    """RoIPool's gradient tolerance (sums of copied values) by dtype."""
+    return {torch.float16: 1e-3, torch.bfloat16: 1e-2, torch.float32: 1e-5}.get(dtype, 1e-10)
+
+
+# ---- RiRoIAlignRotated --------------------------------------------------------------------------
+# Max |error| against the float64 reference on the same (rounded) inputs, outputs and gradients of
+# scale 2-4 (5 seeds, CPU): forward / backward float32 1.3e-6 / 1.6e-6 (the float geometry's
+# rounding), float16 4.9e-4 / 1.5e-3, bfloat16 3.9e-3 / 8.7e-3 (the output's own rounding
+# dominates; sums are accumulated in float32).
+RIROI_FORWARD_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3,
+                      torch.bfloat16: 1.5e-2}
+RIROI_BACKWARD_ATOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 5e-3,
+                       torch.bfloat16: 3e-2}
+# CUDA vs CPU (and fixed-point vs float atomics) differ by summation order (relative slack), and
+# CUDA contracts the sample-coordinate arithmetic into FMAs: a sample that lands within an ulp of
+# the peer's (discontinuous) border rule can flip, so float32 gets a little absolute slack too.
+RIROI_ORDER_RTOL = {torch.float64: 1e-7, torch.float32: 2e-5, torch.float16: 0, torch.bfloat16: 0}
+RIROI_CUDA_FORWARD_ATOL = {**RIROI_FORWARD_ATOL, torch.float32: 5e-5}
+# CUDA's backward sums by float atomics in any order; where hundreds of terms of size ~1 cancel,
+# fp32 can differ from the CPU's in-order sum by about 1e-5.
+RIROI_CUDA_BACKWARD_ATOL = {**RIROI_BACKWARD_ATOL, torch.float32: 5e-5}
+# (clockwise, legacy, num_samples, output_size): both CUDA kernel instantiations (fixed 2 x 2 grid
+# and any grid) and both orientation modes.
+RIROI_CUDA_OPTION_CASES = [(False, False, 2, (7, 7)), (True, True, 0, (3, 4)),
+                           (True, False, 1, (2, 5)), (False, True, 3, (1, 1)),
+                           (True, True, 2, (6, 7))]
+
+
+def riroi_rois(num_rois, num_images, map_size, scale, generator, dtype=torch.float64):
+    """Rotated RoIs in image coordinates: centres up to 20% off the map, sizes from sub-pixel to
+    1.5x the map, angles in [-2pi, 2pi)."""
+    g = generator
+    extent = map_size / scale
+    batch = torch.randint(0, num_images, (num_rois, 1), generator=g).double()
+    centre = torch.rand(num_rois, 2, generator=g, dtype=torch.float64) * extent * 1.4 - extent * 0.2
+    size = torch.rand(num_rois, 2, generator=g, dtype=torch.float64) ** 2 * extent * 1.5
+    theta = (torch.rand(num_rois, 1, generator=g, dtype=torch.float64) * 4 - 2) * math.pi
+    return torch.cat([batch, centre, size, theta], dim=1).to(dtype)
+
+
+def riroi_case(seed, dtype=torch.float64, n=2, fields=2, nO=8, h=13, w=17, k=12, scale=0.5):
+    """(features of fields * nO channels, riroi_rois over the image)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, fields * nO, h, w, generator=g, dtype=torch.float64).to(dtype)
+    return x, riroi_rois(k, n, max(h, w), scale, g, dtype)
+
+
+def riroi_levels_case(seed, dtype=torch.float64):
+    """(features of 4 FPN levels, rois, levels, scales) for the multi-level op; level 3 gets no
+    RoI."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = [(24, 20), (12, 10), (6, 5), (3, 3)]
+    scales = [1 / 4, 1 / 8, 1 / 16, 1 / 32]
+    features = [torch.randn(2, 16, h, w, generator=g, dtype=torch.float64).to(dtype)
+                for h, w in sizes]
+    rois = riroi_rois(24, 2, 24, 1 / 4, g, dtype)
+    levels = torch.randint(0, 3, (24,), generator=g)
+    return features, rois, levels, scales
+
+
+def riroi_call(x, rois, output_size=(3, 4), scale=0.5, num_samples=2, nO=8, clockwise=False,
+               legacy=False):
+    """redet_plugin.ops.riroi_align_rotated with the tests' defaults."""
+    from redet_plugin.ops import riroi_align_rotated
+    return riroi_align_rotated(x, rois, output_size, scale, num_samples, nO, clockwise, legacy)
+
+
+def riroi_reference(x, rois, output_size=(3, 4), scale=0.5, num_samples=2, nO=8, clockwise=False,
+                    legacy=False):
+    """The plain reference with riroi_call's arguments."""
+    from tests.test_ops._reference import riroi_align_rotated_reference
+    return riroi_align_rotated_reference(x, rois, output_size, scale, num_samples, nO, clockwise,
+                                         legacy)
+
+
+def riroi_reference_grad(x, rois, grad, **kwargs):
+    """The reference's float64 gradient of x for grad_output `grad` (riroi_call's kwargs)."""
+    xr = x.detach().double().requires_grad_(True)
+    if rois.shape[0] == 0:
+        return torch.zeros_like(xr)
+    riroi_reference(xr, rois, **kwargs).backward(grad.double())
+    return xr.grad
+
+
+def riroi_raw_backward(grad, rois, x_shape, scale=0.5, num_samples=2, nO=8, clockwise=False,
+                       legacy=False):
+    """torch.ops.redet._riroi_align_rotated_backward for input of shape x_shape."""
+    import redet_plugin.ops  # noqa: F401  (loads the op)
+    n, c, h, w = x_shape
+    return torch.ops.redet._riroi_align_rotated_backward(grad, rois, scale, num_samples, nO,
+                                                         clockwise, legacy, n, c, h, w)

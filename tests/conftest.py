@@ -14,10 +14,9 @@ if _gpus > 1 and _worker.startswith('gw'):
     os.environ['CUDA_VISIBLE_DEVICES'] = str(int(_worker[2:]) % _gpus)
 
 # Under pytest-xdist each worker's torch would start one thread per core, so n workers put n times
-# as many busy threads as there are cores. On the 16-core GPU machine with 15 workers, tests that
-# take 5-25 s on the 2-core CI machine took 75-370 s; this is the likely cause (not yet measured
-# apart). Each worker gets its share of the cores instead; subprocesses (the tools' tests) inherit
-# it through OMP_NUM_THREADS. A value set by the user is kept.
+# as many busy threads as there are cores, and every worker slows down. Each worker gets its share
+# of the cores instead; subprocesses (the tools' tests) inherit it through OMP_NUM_THREADS. A value
+# set by the user is kept.
 _workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '0') or 0)
 if _workers > 1:
     _share = str(max(1, (os.cpu_count() or 1) // _workers))
@@ -40,3 +39,18 @@ def _seed_each_test(request):
     random.seed(seed)
     numpy.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA device (skipped without one)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `cuda` (also a parametrize case: pytest.param(..., marks=pytest.mark.cuda))
+    skip where torch sees no CUDA device."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)

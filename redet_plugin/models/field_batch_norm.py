@@ -203,7 +203,7 @@ class FieldBatchNorm(enn.InnerBatchNorm):
     batch statistics the reductions run where fields have at least MIN_FIELD_ELEMENTS elements
     each (batch x field size x H x W); on smaller maps (ReResNet-50 past its first stage at 1024^2,
     batch 2) cuDNN's single kernels beat the reductions' several launches
-    (benchmarks/bench_field_batch_norm.py). On the CPU torch's own batch norm is used. Unlike
+    (benchmarks/ops/bench_field_batch_norm.py). On the CPU torch's own batch norm is used. Unlike
     e2cnn's forward, which slices with the elements of a device buffer, no path reads a value back
     from the device: on a GPU the host never waits here.
     """

@@ -32,9 +32,7 @@ from mmengine.registry import DefaultScope, init_default_scope
 from mmengine.runner import Runner, load_checkpoint
 from mmengine.runner import runner as mmengine_runner
 
-from tests._helpers import full_fp32
-
-from ._mmrotate import register_mmrotate
+from tests._helpers import full_fp32, register_mmrotate
 
 register_mmrotate()
 import e2cnn.nn.init  # noqa: E402
@@ -463,7 +461,6 @@ def test_converter_names_a_missing_checkpoint(tmp_path):
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
 def test_same_detections_as_mmrotate_with_mmcv_kernel_on_gpu(mmrotate_checkpoint, image):
     """mmrotate's model with mmcv's own RiRoIAlignRotated (CUDA) vs ours, both new and loaded
     strictly from mmrotate's checkpoint (no deepcopy: e2cnn's eval-mode filters hold graphs)."""

@@ -11,7 +11,7 @@ from mmdet.structures.bbox import HorizontalBoxes
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
-from ._mmrotate import register_mmrotate
+from tests._helpers import register_mmrotate
 
 register_mmrotate()
 import mmrotate  # noqa: E402

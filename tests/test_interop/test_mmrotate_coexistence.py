@@ -13,7 +13,7 @@ import torch
 from mmdet.structures.bbox import get_box_type
 from mmengine.registry import init_default_scope
 
-from ._mmrotate import STAND_IN_CODE, register_mmrotate
+from tests._helpers import MMROTATE_STAND_IN_CODE, register_mmrotate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ import redet_plugin.mm  # noqa: E402,F401
 from mmrotate.structures import RotatedBoxes as MMRotateRotatedBoxes  # noqa: E402
 from redet_plugin.structures import RotatedBoxes  # noqa: E402
 
-IMPORT_MMROTATE = STAND_IN_CODE + """
+IMPORT_MMROTATE = MMROTATE_STAND_IN_CODE + """
 from mmrotate.utils import register_all_modules
 register_all_modules(init_default_scope=False)
 """
@@ -101,7 +101,7 @@ def test_both_dota_pipelines_side_by_side(tmp_path):
 
 def test_our_detector_trains_on_mmrotate_boxes():
     from mmdet.registry import MODELS
-    from tests.test_models.test_redet_detector import make_samples, tiny_model_cfg
+    from tests._helpers import make_samples, tiny_model_cfg
     init_default_scope('mmdet')
     torch.manual_seed(0)
     model = MODELS.build(tiny_model_cfg())

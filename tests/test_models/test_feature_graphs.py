@@ -7,12 +7,12 @@ import pickle
 import pytest
 import torch
 from mmdet.registry import MODELS
+from mmdet.utils import register_all_modules
 
 from redet_plugin.cuda_graphs import FeatureGraphs
-from tests._helpers import full_fp32
-from tests.test_models.test_redet_detector import make_samples, tiny_model_cfg
+from tests._helpers import full_fp32, make_samples, tiny_model_cfg
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+register_all_modules(init_default_scope=True)  # the detector builds its parts by mmdet's names
 TOL = dict(rtol=1e-4, atol=1e-5)
 
 
@@ -192,7 +192,7 @@ def assert_training_steps_match(eager, graphed, run_graphed):
     assert_same_state(eager, graphed)  # weights, running statistics, batches tracked
 
 
-@CUDA
+@pytest.mark.cuda
 def test_training_steps_match_eager():
     eager, graphed = build(device="cuda"), build(True, device="cuda")
     assert_training_steps_match(eager, graphed, lambda x: features(graphed, x))
@@ -209,7 +209,7 @@ class _Features(torch.nn.Module):
         return features(self.detector, x)
 
 
-@CUDA
+@pytest.mark.cuda
 def test_training_under_ddp_matches_eager(tmp_path):
     """DDP keeps every parameter's gradient accumulator from its construction, on the default
     stream. A capture that accumulated into them failed (tools/dist_train.sh: "operation would make
@@ -227,7 +227,7 @@ def test_training_under_ddp_matches_eager(tmp_path):
         dist.destroy_process_group()
 
 
-@CUDA
+@pytest.mark.cuda
 def test_detector_loss_and_predict_match_eager():
     results = []
     for graphs in (False, True):
@@ -248,7 +248,7 @@ def test_detector_loss_and_predict_match_eager():
         torch.testing.assert_close(a, b, **TOL)
 
 
-@CUDA
+@pytest.mark.cuda
 def test_eval_forward_match_and_new_shapes():
     model, eager = build(dict(max_graphs=2), device="cuda"), build(device="cuda")
     model.eval()
@@ -261,7 +261,7 @@ def test_eval_forward_match_and_new_shapes():
     assert len(model.feature_graphs) == 2
 
 
-@CUDA
+@pytest.mark.cuda
 def test_replaced_tensors_are_recaptured():
     model, eager = build(True, device="cuda"), build(device="cuda")
     model.eval()
@@ -283,7 +283,7 @@ def test_replaced_tensors_are_recaptured():
             torch.testing.assert_close(a, b, **TOL)
 
 
-@CUDA
+@pytest.mark.cuda
 def test_two_forwards_before_one_backward():
     model, eager = build(True, device="cuda"), build(device="cuda")
     grads = []
@@ -295,7 +295,7 @@ def test_two_forwards_before_one_backward():
         torch.testing.assert_close(a, b, **TOL)
 
 
-@CUDA
+@pytest.mark.cuda
 def test_backward_after_a_newer_replay_raises():
     model = build(True, device="cuda")
     model.train()
@@ -307,7 +307,7 @@ def test_backward_after_a_newer_replay_raises():
         first.backward()
 
 
-@CUDA
+@pytest.mark.cuda
 def test_autocast_matches_eager_autocast():
     model, eager = build(True, device="cuda"), build(device="cuda")
     outputs = []

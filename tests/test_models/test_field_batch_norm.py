@@ -13,7 +13,6 @@ from redet_plugin.models.equivariant import regular_type, rotation_gspace
 from redet_plugin.models.field_batch_norm import (FieldBatchNorm, _BatchStatisticsNorm,
                                                   _FieldScaleShift, field_batch_norm)
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 USES_REDUCTIONS = FieldBatchNorm.uses_reductions  # the real rule, before the fixture below
 
 
@@ -398,7 +397,6 @@ def test_re_resnet_train_step_matches_e2cnn_norms(kwargs):
 
 
 @pytest.mark.cuda
-@CUDA
 @pytest.mark.parametrize("rule", ["reductions", "real_rule"])
 @pytest.mark.parametrize("amp", [False, True], ids=["fp32", "fp16_autocast"])
 def test_cuda_matches_e2cnn(amp, rule, monkeypatch):

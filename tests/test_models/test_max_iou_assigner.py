@@ -195,7 +195,6 @@ def test_our_configs_use_it_with_their_iou_calculators():
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
 @pytest.mark.parametrize('gt_max_assign_all', [True, False])
 def test_cuda_same_result_and_no_host_sync(gt_max_assign_all):
     ours, theirs = assigner_pair(min_pos_iou=0.3, gt_max_assign_all=gt_max_assign_all)

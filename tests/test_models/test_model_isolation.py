@@ -17,7 +17,6 @@ NECK_IN = [8, 16, 32, 64]
 # (kind, dtype) of the models living side by side in one process
 ZOO = [("backbone", torch.float32), ("backbone", torch.float64),
        ("neck", torch.float32), ("neck", torch.float64)]
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
 def build(kind, dtype, seed):
@@ -131,7 +130,6 @@ def test_loading_a_state_dict_into_one_model_leaves_the_others():
 
 
 @pytest.mark.cuda
-@CUDA
 @pytest.mark.parametrize("target,rtol", [(0, 1e-2), (1, 1e-10)],  # float32 convs may use TF32
                          ids=["float_backbone", "double_backbone"])
 def test_moving_one_model_to_cuda_and_back_leaves_the_others(target, rtol):
@@ -148,8 +146,8 @@ def test_moving_one_model_to_cuda_and_back_leaves_the_others(target, rtol):
 
 def test_owned_bases_compare_and_hash_by_identity():
     """e2cnn's == and hash of a block basis compare tensors and hash its whole description, and
-    torch hashes every module on each modules()/parameters() walk (which made a walk of
-    ReResNet-50 cost about 20 ms). A basis owned by one conv is equal only to itself."""
+    torch hashes every module on each modules()/parameters() walk (which would make every walk
+    of ReResNet-50 slow). A basis owned by one conv is equal only to itself."""
     from e2cnn.nn.modules.r2_conv import SingleBlockBasisExpansion
     a, b = build("backbone", torch.float32, 0), build("backbone", torch.float32, 0)
     blocks_a = [m for m in a.modules() if isinstance(m, SingleBlockBasisExpansion)]

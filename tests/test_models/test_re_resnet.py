@@ -217,7 +217,7 @@ def test_bad_input(tiny):
         tiny(torch.randn(1, 4, 8, 8))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_cuda_export_stays_on_the_device_and_matches():
     torch.manual_seed(0)
     model = ReResNet(**TINY)

@@ -35,7 +35,8 @@ def test_our_names_are_registered_in_mmdet_and_clash_with_nothing_upstream(name)
 def test_every_component_follows_the_one_naming_scheme():
     from mmdet import registry as mmdet_registry
     registries = [getattr(mmdet_registry, n) for n in
-                  ("MODELS", "DATASETS", "TRANSFORMS", "METRICS", "TASK_UTILS", "VISUALIZERS")]
+                  ("MODELS", "DATASETS", "TRANSFORMS", "METRICS", "TASK_UTILS", "VISUALIZERS",
+                   "HOOKS")]
     ours = {(reg.name, name): cls for reg in registries for name, cls in reg.module_dict.items()
             if cls.__module__.startswith("redet_plugin.")}
     assert len(ours) >= 20

@@ -187,10 +187,7 @@ def test_bad_arguments_are_named():
         extractor(feats, rois_with_sizes([30.0]), roi_scale_factor=(1, 2, 3))
 
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_fused_path_on_cuda_equals_the_loop_and_the_cpu(dtype):
     rois = rois_with_sizes([20, 60, 130, 150, 300, 600, 40, 90, 250, 1000], seed=3)
@@ -211,7 +208,7 @@ def test_fused_path_on_cuda_equals_the_loop_and_the_cpu(dtype):
             torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
-@CUDA
+@pytest.mark.cuda
 def test_fused_backward_on_cuda_is_repeatable_in_deterministic_mode():
     extractor = rotated_extractor(RIROI, channels=8).cuda()
     feats = [f.detach().cuda().requires_grad_(True) for f in pyramid(8)]

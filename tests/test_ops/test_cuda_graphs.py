@@ -7,12 +7,11 @@ graphs"). Eager calls still raise, also after a capture."""
 import pytest
 import torch
 
-from benchmarks._capture import capture
 from redet_plugin.ops import (depth_flow_projection, riroi_align_rotated,
                               riroi_align_rotated_multilevel, roi_pool)
+from redet_plugin.testing import capture
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = pytest.mark.cuda
 
 
 def replay(graph, outputs):

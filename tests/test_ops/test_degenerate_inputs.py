@@ -1,6 +1,6 @@
-"""Inputs that once crashed the process or returned garbage, for every op on the CPU: each must
-now raise an error naming the argument, or give the documented result (nothing outside the
-tensors is read)."""
+"""Degenerate inputs (empty maps, overflowing sizes, non-finite scales, meta tensors ...) for every
+op on the CPU: each must raise an error naming the argument, or give the documented result
+(nothing outside the tensors is read)."""
 import pytest
 import torch
 

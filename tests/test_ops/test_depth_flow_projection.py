@@ -7,9 +7,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from redet_plugin.ops import DepthFlowProjection, depth_flow_projection
-from tests.test_ops._reference import depth_flow_projection_reference
+from tests._helpers import flow_tolerance, ours_and_reference_grads
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 OP = torch.ops.redet.depth_flow_projection.default
 
@@ -38,23 +37,6 @@ def make_case(kind="rough", batch=2, height=9, width=13, dtype=torch.float32, se
     return flow, depth
 
 
-def tolerance(dtype):
-    return {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-5}.get(dtype, 1e-10)
-
-
-def ours_and_reference_grads(flow, depth, t, fill, inverse=False, check=True):
-    """Output and gradients (flow, depth) of ours and of the reference, for one random grad."""
-    grad = torch.randn(flow.shape, generator=torch.Generator().manual_seed(5)).to(flow.device, flow.dtype)
-    results = []
-    for fn in (lambda f, d: OP(f, d, t, inverse, fill, check),
-               lambda f, d: depth_flow_projection_reference(f, d, t, fill, inverse)):
-        f, d = flow.detach().clone().requires_grad_(), depth.detach().clone().requires_grad_()
-        out, count = fn(f, d)
-        out.backward(grad)
-        results.append((out, count, f.grad, d.grad))
-    return results
-
-
 @pytest.mark.parametrize("kind", ["smooth", "rough", "off_image", "constant"])
 @pytest.mark.parametrize("fill", [False, True])
 @pytest.mark.parametrize("shape", [(2, 9, 13), (1, 16, 5), (3, 7, 7)])
@@ -75,7 +57,7 @@ def test_dtypes_accumulate_in_float32(dtype):
     ours, ref = ours_and_reference_grads(flow, depth, 0.5, True)
     assert ours[0].dtype == dtype and ours[2].dtype == dtype and ours[3].dtype == dtype
     assert ours[1].dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
-    tol = tolerance(dtype)
+    tol = flow_tolerance(dtype)
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a.double(), b.double(), rtol=tol, atol=tol)
 
@@ -210,14 +192,14 @@ def test_deterministic_cpu():
         assert torch.equal(a, b)
 
 
-@CUDA
+@pytest.mark.cuda
 def test_deterministic_cuda():
     first, second = run_twice("cuda", True)
     for a, b in zip(first, second):
         assert torch.equal(a, b)
 
 
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_cuda_matches_cpu(dtype, deterministic):
@@ -229,7 +211,7 @@ def test_cuda_matches_cpu(dtype, deterministic):
             cuda = ours_and_reference_grads(flow.cuda(), depth.cuda(), 0.5, True)[0]
         finally:
             torch.use_deterministic_algorithms(False)
-        tol = max(2 * tolerance(dtype), 1e-4)  # float atomics sum in another order
+        tol = max(2 * flow_tolerance(dtype), 1e-4)  # float atomics sum in another order
         for a, b in zip(cuda, cpu):
             torch.testing.assert_close(a.cpu().double(), b.double(), rtol=tol, atol=tol)
 
@@ -251,7 +233,7 @@ def test_pan_with_empty_rows_and_columns():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
-@CUDA
+@pytest.mark.cuda
 def test_cuda_pan_matches_cpu():
     flow, depth = pan_case()
     cpu = ours_and_reference_grads(flow, depth, 0.7, True)[0]
@@ -327,7 +309,7 @@ def test_bad_inputs_name_the_argument():
     depth_flow_projection(flow, bad, check_depth=False)
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 @pytest.mark.parametrize("inverse, value", [(False, 0.0), (False, -1.0), (False, float("nan")),
                                             (True, -1.0), (True, float("inf")),
                                             (True, float("nan"))])
@@ -347,7 +329,7 @@ def test_unchecked_bad_depth_pixels_contribute_nothing(device, inverse, value):
         assert got[2][1, :, 2, 3].eq(0).all() and got[3][1, 0, 2, 3] == 0
 
 
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("fill", [False, True])
 def test_cuda_bad_depth_values_raise(fill):
     """On CUDA the scatter flags bad values in pinned memory, read after one event wait: the same
@@ -369,7 +351,7 @@ def test_cuda_bad_depth_values_raise(fill):
     torch.cuda.synchronize()
 
 
-@CUDA
+@pytest.mark.cuda
 def test_cuda_depth_checks_from_several_threads():
     """Each thread has its own flags: concurrent good and bad calls each get their own answer."""
     from concurrent.futures import ThreadPoolExecutor
@@ -391,7 +373,7 @@ def test_cuda_depth_checks_from_several_threads():
     assert results == ["error" if i % 2 else "ok" for i in range(40)]
 
 
-@CUDA
+@pytest.mark.cuda
 def test_device_mismatch():
     flow, depth = make_case("rough")
     with pytest.raises(RuntimeError, match="depth must be on the same device as flow"):

@@ -6,19 +6,15 @@ the CPU, which makes the same calls in the same order."""
 import pytest
 import torch
 
-from benchmarks.flow_inputs import HOLE_KINDS, exact_hole_case, hole_case
-from tests.test_ops.test_depth_flow_projection import CUDA, OP, ours_and_reference_grads
+import redet_plugin.ops  # noqa: F401  (loads the op)
+from redet_plugin.testing import HOLE_KINDS, exact_hole_case, hole_case
+from tests._helpers import assert_close_to_scale, ours_and_reference_grads
+
+OP = torch.ops.redet.depth_flow_projection.default
 
 # (batch, height, width): partial tiles both ways, several tiles per row and per column, one row,
 # one column, tiles of exactly 32
 SHAPES = [(2, 70, 100), (1, 33, 200), (1, 1, 150), (2, 150, 1), (1, 140, 40), (1, 64, 64)]
-
-
-def assert_close_to_scale(ours, ref, tol):
-    """Close up to tol relative to each tensor's largest value (the depth gradient cancels)."""
-    for a, b in zip(ours, ref):
-        scale = max(1.0, b.abs().max().item())
-        torch.testing.assert_close(a.cpu().double(), b.cpu().double(), rtol=tol, atol=tol * scale)
 
 
 def fractional(flow, seed):
@@ -98,7 +94,7 @@ CUDA_SHAPES = [(2, 70, 100), (1, 1, 300), (1, 300, 1), (3, 33, 129), (1, 9, 2049
                (1, 31, 33), (1, 2, 33000)]
 
 
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("fill", [False, True])
 @pytest.mark.parametrize("kind", ["exact", "bands", "half", "borders"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -119,7 +115,7 @@ def test_cuda_backward_matches_cpu(kind, dtype, fill):
         assert_close_to_scale(cuda, cpu, tol)
 
 
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("fill", [False, True])
 def test_cuda_strided_grad_output(fill):
     flow, depth = exact_hole_case(2, 40, 70, seed=3)
@@ -136,7 +132,7 @@ def test_cuda_strided_grad_output(fill):
             assert torch.equal(a, b)
 
 
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("fill", [False, True])
 def test_cuda_backward_is_bitwise_repeatable(fill):
     flow, depth = hole_case("borders", 2, 300, 500, seed=2)
@@ -161,7 +157,7 @@ def test_backward_op_names_a_bad_grad_output():
         backward(out[:, :, 1:], flow, depth, out, count, 0.5, False, True)
 
 
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("fill", [False, True])
 def test_cuda_sources_adding_no_weight_reach_holes(fill):
     """Sources of inverse depth 0 land but add nothing to the count: where nothing else lands they

@@ -6,11 +6,10 @@ reference gives (tests/test_ops/_reference.py), forward and backward, on CPU and
 import pytest
 import torch
 
-from benchmarks.flow_inputs import HOLE_KINDS as KINDS, hole_case
+from redet_plugin.testing import HOLE_KINDS as KINDS, hole_case
+from tests._helpers import assert_close_to_scale, flow_tolerance, ours_and_reference_grads
 from tests.test_ops._reference import depth_flow_projection_reference
-from tests.test_ops.test_depth_flow_projection import ours_and_reference_grads, tolerance
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 OP = torch.ops.redet.depth_flow_projection.default
 # (batch, height, width): tiny, thin, wide (many 32-pixel row words on CUDA), tall (several
 # 32-row column words and 32 x 32 tiles per column)
@@ -20,21 +19,13 @@ TALL_SHAPES = [(1, 2100, 3), (2, 4200, 2)]
 T = 1.0
 
 
-def assert_all_close(ours, ref, tol):
-    """Outputs, counts and gradients close up to tol relative to each tensor's largest value
-    (in float32 the depth gradient, -(G + out)/count, cancels large terms: summation order shows)."""
-    for a, b in zip(ours, ref):
-        scale = max(1.0, b.abs().max().item())
-        torch.testing.assert_close(a.cpu().double(), b.cpu().double(), rtol=tol, atol=tol * scale)
-
-
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("kind", KINDS)
 def test_large_holes_match_reference(kind, shape):
     """In float64, where the summation order does not matter at this tolerance."""
     flow, depth = hole_case(kind, *shape, seed=len(kind) + shape[2], dtype=torch.float64)
     ours, ref = ours_and_reference_grads(flow, depth, T, True)
-    assert_all_close(ours, ref, 1e-9)
+    assert_close_to_scale(ours, ref, 1e-9)
     assert torch.equal(ours[1].clamp(max=0), ref[1].clamp(max=0))  # holes, directions found
 
 
@@ -43,8 +34,8 @@ def test_large_holes_match_reference_float32(kind):
     flow, depth = hole_case(kind, 2, 21, 700, seed=len(kind))
     ours, ref = ours_and_reference_grads(flow, depth, T, True)
     # (the fill's transpose sums runs of ~350 holes: float32 summation order shows at ~5e-4)
-    assert_all_close(ours[:2], ref[:2], 1e-5)
-    assert_all_close(ours[2:], ref[2:], 2e-3)
+    assert_close_to_scale(ours[:2], ref[:2], 1e-5)
+    assert_close_to_scale(ours[2:], ref[2:], 2e-3)
 
 
 def test_cases_have_the_holes_they_claim():
@@ -73,7 +64,7 @@ def test_single_non_hole_fills_its_row_and_column_only():
     assert torch.equal(out[:, :, count[0, 0] > 0], projected[:, :, count[0, 0] > 0])
 
 
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("kind", KINDS)
@@ -91,13 +82,13 @@ def test_cuda_large_holes_match_cpu_and_reference(kind, dtype, deterministic):
             cuda = ours_and_reference_grads(flow.cuda(), depth.cuda(), T, True)[0]
         finally:
             torch.use_deterministic_algorithms(False)
-        assert_all_close(cuda, cpu, tol)
-        assert_all_close(cuda, ref, tol)
+        assert_close_to_scale(cuda, cpu, tol)
+        assert_close_to_scale(cuda, ref, tol)
         # the hole structure (count's sign and the directions found) is exact
         assert torch.equal(cuda[1].cpu().clamp(max=0), cpu[1].clamp(max=0)), shape
 
 
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("fill", [False, True])
 def test_cuda_matches_cpu_with_and_without_fill(fill):
     flow, depth = hole_case("bands", 2, 50, 300)
@@ -107,16 +98,16 @@ def test_cuda_matches_cpu_with_and_without_fill(fill):
     torch.testing.assert_close(count.cpu(), cpu_count, rtol=1e-5, atol=1e-6)
 
 
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
 def test_cuda_large_holes_dtypes(dtype):
     flow, depth = hole_case("bands", 2, 40, 260, dtype=dtype)
     cpu = ours_and_reference_grads(flow, depth, T, True)[0]
     cuda = ours_and_reference_grads(flow.cuda(), depth.cuda(), T, True)[0]
-    assert_all_close(cuda, cpu, max(2 * tolerance(dtype), 1e-4))
+    assert_close_to_scale(cuda, cpu, max(2 * flow_tolerance(dtype), 1e-4))
 
 
-@CUDA
+@pytest.mark.cuda
 def test_cuda_deterministic_fill_is_bitwise_repeatable():
     flow, depth = hole_case("half", 2, 70, 300, seed=3)
     results = []
@@ -131,7 +122,7 @@ def test_cuda_deterministic_fill_is_bitwise_repeatable():
             assert torch.equal(a, b)
 
 
-@CUDA
+@pytest.mark.cuda
 def test_cuda_depth_check_still_raises_after_the_fill():
     flow, depth = hole_case("half", 1, 20, 70)
     depth[0, 0, 5, 7] = float("nan")

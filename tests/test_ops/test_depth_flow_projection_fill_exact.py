@@ -1,15 +1,17 @@
 """Hole filling bit for bit: on projections that are exact in any summation order
-(benchmarks/flow_inputs.py: exact_hole_case) the CPU kernel, the plain reference and the CUDA kernels (atomics
-or fixed point) must give identical outputs and counts. The CUDA shapes cross every boundary of the
-CUDA fill kernels (csrc/depth_flow_projection/cuda/hole_fill_kernels.cuh): partial 32 x 32 tiles,
+(redet_plugin/testing.py: exact_hole_case) the CPU kernel, the plain reference and the CUDA
+kernels (atomics or fixed point) must give identical outputs and counts. The CUDA shapes cross
+every boundary of the CUDA fill kernels (csrc/depth_flow_projection/cuda/hole_fill_kernels.cuh): partial 32 x 32 tiles,
 partial 32-pixel row words and 32-row column words, neighbour searches over many words of a row
 or of a column, H = 1, W = 1."""
 import pytest
 import torch
 
-from benchmarks.flow_inputs import exact_hole_case
+import redet_plugin.ops  # noqa: F401  (loads the op)
+from redet_plugin.testing import exact_hole_case
 from tests.test_ops._reference import depth_flow_projection_reference
-from tests.test_ops.test_depth_flow_projection import CUDA, OP
+
+OP = torch.ops.redet.depth_flow_projection.default
 # H in (1, 31, 33, 4097) x W in (1, 33, 100), then: several warps per row (W > 1024), more word
 # groups than warps per row (W > 32768), column segments of 2-5 words (H > 1024); the tile marking
 # splits each tile among four warps when there are fewer than 8 per multiprocessor (all but the
@@ -41,7 +43,7 @@ def test_cpu_matches_reference_bitwise(shape, dtype):
         assert bool((count < 0).any()) and bool((count > 0).any())
 
 
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_matches_cpu_bitwise(dtype):
     for shape in CUDA_SHAPES:
@@ -49,7 +51,7 @@ def test_cuda_matches_cpu_bitwise(dtype):
         assert_identical(fill(flow.cuda(), depth.cuda()), fill(flow, depth), shape)
 
 
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_deterministic_matches_cpu_float64_bitwise(dtype):
     """Deterministic mode sums in fixed point and fills in double (exact sums here): the CPU's
@@ -65,7 +67,7 @@ def test_cuda_deterministic_matches_cpu_float64_bitwise(dtype):
         assert_identical(ours, expected, shape)
 
 
-@CUDA
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cuda_half_matches_cpu_bitwise(dtype):
     """fp16/bf16 compute in float32 and fill each hole from its neighbours' outputs as stored (16

@@ -1,4 +1,5 @@
-"""The ops layer imports with torch alone; the mm layer is loaded only when asked for."""
+"""The ops layer (and its test inputs, redet_plugin.testing) imports with torch alone; the mm layer
+is loaded only when asked for."""
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ def test_ops_import_loads_no_mm_module_and_changes_no_torch_setting():
     out = _run(f"""
         import sys, torch
         safe_before = list(torch.serialization.get_safe_globals())
-        import redet_plugin.ops, redet_plugin._ext
+        import redet_plugin.ops, redet_plugin._ext, redet_plugin.testing
         from redet_plugin.ops import roi_pool
         out = roi_pool(torch.rand(1, 2, 8, 8), torch.tensor([[0, 0., 0., 4., 4.]]), 2)
         loaded = sorted(m for m in sys.modules if m.split('.')[0] in {MM_AND_FRIENDS!r})

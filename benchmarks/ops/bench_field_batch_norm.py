@@ -1,0 +1,84 @@
+"""FieldBatchNorm vs e2cnn's InnerBatchNorm (cuDNN BatchNorm3d) on one GPU, at the ReResNet-50
+shapes of a batch of 2 images of 1024^2 (8-rotation regular fields): training forward + backward
+through autograd (input, weight and bias gradients), training forward, eval forward, and eval
+forward + backward (norm_eval), fp32 and under fp16 autocast. `ours_*` is the module as configured (the reductions only where
+FieldBatchNorm.uses_reductions says so); `reductions_*` forces the reduction path everywhere, the
+data behind that rule. Diagnostic: no goal.
+Usage (repo root): python -m benchmarks.ops.bench_field_batch_norm --out field_batch_norm_h200.json"""
+import argparse
+import contextlib
+
+import torch
+from e2cnn import nn as enn
+
+from benchmarks._timing import environment, require_cuda, time_cuda, write_json
+from redet_plugin.models.equivariant import regular_type
+from redet_plugin.models.field_batch_norm import FieldBatchNorm
+
+SHAPES = [(2, 64, 512, 512), (2, 64, 256, 256), (2, 256, 256, 256), (2, 128, 128, 128),
+          (2, 512, 128, 128), (2, 1024, 64, 64), (2, 2048, 32, 32)]
+
+
+@contextlib.contextmanager
+def forced_reductions():
+    original = FieldBatchNorm.uses_reductions
+    FieldBatchNorm.uses_reductions = lambda self, x: True
+    try:
+        yield
+    finally:
+        FieldBatchNorm.uses_reductions = original
+
+
+def timings(module, x, amp):
+    """ms of training forward + backward, training forward, eval forward, eval forward + backward."""
+    field_type = module.in_type
+    params = tuple(module.parameters())
+    autocast = torch.autocast("cuda", dtype=torch.float16, enabled=amp)
+
+    def forward():
+        with autocast:
+            return module(enn.GeometricTensor(x, field_type)).tensor
+
+    module.train()
+    grad = torch.randn_like(forward())
+
+    def forward_backward():
+        torch.autograd.grad(forward(), (x,) + params, grad)
+
+    row = dict(train_fwd_bwd_ms=time_cuda(forward_backward), train_fwd_ms=time_cuda(forward))
+    module.eval()  # eval_fwd_bwd: running statistics with gradients, as under norm_eval
+    row.update(eval_fwd_ms=time_cuda(forward), eval_fwd_bwd_ms=time_cuda(forward_backward))
+    module.train()
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    require_cuda("bench_field_batch_norm")
+    rows = []
+    for amp in (False, True):
+        for shape in SHAPES:
+            field_type = regular_type(shape[1])
+            # under autocast the input is what a convolution gives: fp16
+            x = torch.randn(shape, device="cuda", dtype=torch.float16 if amp else torch.float32,
+                            requires_grad=True)
+            row = dict(shape=list(shape), amp=amp)
+            e2cnn = enn.InnerBatchNorm(field_type).cuda()
+            ours = FieldBatchNorm(field_type).cuda()
+            row["ours_uses_reductions"] = ours.uses_reductions(x)
+            for name, module in (("e2cnn", e2cnn), ("ours", ours)):
+                row.update({f"{name}_{k}": v for k, v in timings(module, x, amp).items()})
+            with forced_reductions():
+                row.update({f"reductions_{k}": v for k, v in timings(ours, x, amp).items()})
+            print(row, flush=True)
+            rows.append(row)
+    write_json(args.out, dict(what=__doc__.splitlines()[0], environment=environment(),
+                              command="python -m benchmarks.ops.bench_field_batch_norm --out "
+                              + args.out,
+                              results=rows))
+
+
+if __name__ == "__main__":
+    main()

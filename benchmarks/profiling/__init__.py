@@ -1,0 +1,1 @@
+"""Where the time goes, per kernel or per detector part: diagnostics, no goals."""

@@ -1,0 +1,94 @@
+"""Inputs and helpers for testing the ops, shared by the tests, the compute-sanitizer drivers and
+the benchmarks. Needs torch only (no mm import), like redet_plugin.ops.
+- channels_last_at_offset: a channels-last view whose data starts at a chosen storage offset;
+- capture: a function captured as a CUDA graph on static inputs;
+- hole_case, exact_hole_case (HOLE_KINDS): flows whose depth-aware projection leaves large holes,
+  and flows whose projection is exact in any summation order."""
+import torch
+
+HOLE_KINDS = ["half", "single", "none", "borders", "bands"]
+
+
+def channels_last_at_offset(x, offset):
+    """x's values in channels-last memory that starts `offset` elements into its storage: an odd
+    offset misaligns element pairs, so RoIPool's CUDA forward must take its scalar path."""
+    n, c, h, w = x.shape
+    storage = torch.empty(x.numel() + offset, dtype=x.dtype, device=x.device)
+    view = storage[offset:].view(n, h, w, c).permute(0, 3, 1, 2)
+    view.copy_(x)
+    assert view.is_contiguous(memory_format=torch.channels_last) and view.storage_offset() == offset
+    return view
+
+
+def capture(step, *inputs):
+    """Warms `step` up on a side stream (as torch.cuda.graph's documentation asks), captures it on
+    the static `inputs` and returns (graph, static outputs). Replay with graph.replay()."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            step(*inputs)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step(*inputs)
+    return graph, outputs
+
+
+def hole_case(kind, batch, height, width, seed=0, dtype=torch.float32):
+    """flow (t = 1) and depth whose projection leaves large holes of the given kind (HOLE_KINDS)."""
+    g = torch.Generator().manual_seed(seed)
+    ys, xs = torch.meshgrid(torch.arange(height, dtype=torch.float32),
+                            torch.arange(width, dtype=torch.float32), indexing="ij")
+    noise = 0.3 * torch.randn(batch, 2, height, width, generator=g)
+    off = 10.0 * max(height, width) + 10  # lands outside the image
+    flow = torch.zeros(batch, 2, height, width)
+    if kind == "half":  # everything moves right by half the width: the left half is empty
+        flow[:, 0] = width / 2
+        flow = flow + noise
+    elif kind == "single":  # one source pixel stays (reaching up to four targets), the rest leave
+        flow[:, 0] = off
+        flow[:, :, height // 3, width // 2] = 0.25
+    elif kind == "none":  # every pixel leaves: all holes, nothing to fill from
+        flow[:, 0] = off
+    elif kind == "borders":  # contraction to the centre: holes along all four borders
+        flow[:, 0] = 0.6 * ((width - 1) / 2 - xs)
+        flow[:, 1] = 0.6 * ((height - 1) / 2 - ys)
+        flow = flow + noise
+    elif kind == "bands":  # bands of 37 columns and 23 rows leave: long runs in both directions
+        leave = ((xs // 37) % 2 == 1) | ((ys // 23) % 2 == 1)
+        flow[:, 0] = torch.where(leave, torch.full_like(xs, off), torch.zeros_like(xs))
+        flow = flow + noise
+    else:
+        raise ValueError(f"unknown hole kind {kind!r}; expected one of {HOLE_KINDS}")
+    depth = 0.5 + 4 * torch.rand(batch, 1, height, width, generator=g)
+    return flow.to(dtype), depth.to(dtype)
+
+
+def exact_hole_case(batch, height, width, seed=0, dtype=torch.float32):
+    """flow (t = 1) and depth whose projection is exact in any summation order, so that CUDA
+    (atomics in any order) and CPU must agree bit for bit, hole filling included: kept source
+    pixels move by whole pixels (-1, 0 or 1 each way, staying inside the image), weights are powers
+    of two, the others leave the image. Which pixels are kept is drawn per band of rows x band of
+    columns with densities 0, 2%, 30% or 100%: empty and full columns and rows, isolated
+    non-holes, and runs of holes of every length, both ways, across any segment boundary of the
+    kernels."""
+    g = torch.Generator().manual_seed(seed)
+
+    def bands(n, longest):  # a band index per position, bands of random length 1..longest
+        lengths = torch.randint(1, longest + 1, (n,), generator=g)
+        return torch.repeat_interleave(torch.arange(n), lengths)[:n]
+
+    row_band, col_band = bands(height, 300), bands(width, 50)
+    levels = torch.randint(0, 4, (batch, height, width), generator=g)
+    density = torch.tensor([0.0, 0.02, 0.3, 1.0])[levels]
+    density = density[:, row_band][:, :, col_band]  # constant on each band x band block
+    keep = torch.rand(batch, height, width, generator=g) < density
+    ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+    shift = torch.randint(-1, 2, (batch, 2, height, width), generator=g)
+    shift[:, 0] = torch.minimum(torch.maximum(shift[:, 0], -xs), width - 1 - xs)  # stay inside
+    shift[:, 1] = torch.minimum(torch.maximum(shift[:, 1], -ys), height - 1 - ys)
+    flow = shift.float()
+    flow[:, 0] = torch.where(keep, flow[:, 0], torch.full_like(flow[:, 0], 10.0 * width + 10))
+    depth = 2.0 ** torch.randint(-1, 3, (batch, 1, height, width), generator=g).float()
+    return flow.to(dtype), depth.to(dtype)
