@@ -15,7 +15,7 @@ import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.datasets import DOTADataset
 from redet_plugin.structures import rbox2qbox
 
-from ._mmrotate import register_mmrotate
+from tests._helpers import register_mmrotate
 
 CLASSES = ('plane', 'ship', 'small-vehicle')
 
