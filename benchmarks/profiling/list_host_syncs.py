@@ -1,0 +1,117 @@
+"""Every place where a training step or a test forward of the ReDet detector makes the host wait
+for the GPU, with the Python stack that asked for it.
+
+torch.cuda.set_sync_debug_mode('warn') makes every synchronising CUDA call (a read-back such as
+.item(), .tolist(), .cpu(), bool(tensor), a data-dependent shape such as nonzero() or boolean
+indexing) emit a warning; each warning's Python stack is recorded and grouped by the innermost
+frame of the project, mmdet, mmcv or mmengine. A step whose list is empty never waits on the host.
+The steps are run as users run them: model.train_step(batch, optim_wrapper) as mmengine's train
+loop calls it, and model.test_step(batch).
+
+    python -m benchmarks.profiling.list_host_syncs --out host_syncs.json [--checkpoint CKPT]
+(from the repository root, on a GPU; data as for benchmarks.profiling.profile_detector)
+"""
+import argparse
+import json
+import os.path as osp
+import traceback
+import warnings
+from collections import Counter
+
+import torch
+
+from benchmarks.profiling.profile_detector import REPO, build, load_batches
+
+LIBRARIES = ('redet_plugin', 'mmdet', 'mmcv', 'mmengine', 'mmrotate', 'e2cnn')
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--out', required=True, help='JSON file')
+    p.add_argument('--config',
+                   default=osp.join(REPO, 'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py'))
+    p.add_argument('--data-root', default=osp.join(REPO, 'data', 'synthetic_dota_1024'))
+    p.add_argument('--checkpoint', help='trained weights (else random)')
+    p.add_argument('--resize', type=int, help="Resize scale (default: the config's)")
+    p.add_argument('--amp', action='store_true')
+    p.add_argument('--eager', action='store_true', help='model.cuda_graph_features=False')
+    p.add_argument('--warmup', type=int, default=2, help='steps run before the recorded one')
+    args = p.parse_args(argv)
+    args.device = 'cuda'
+    if not torch.cuda.is_available():
+        p.error('needs a CUDA device: host synchronisations exist only on one')
+    return args
+
+
+def call_site(stack):
+    """The innermost frame in a library of LIBRARIES (the one that asked), as 'module:line func',
+    and the chain of such frames that led there (outermost first, at most 6)."""
+    frames = [f for f in stack if any(f'/{lib}/' in f.filename for lib in LIBRARIES)]
+    if not frames:
+        frames = stack[-1:]
+
+    def name(frame):
+        path = frame.filename
+        for lib in LIBRARIES:
+            if f'/{lib}/' in path:
+                path = lib + '/' + path.split(f'/{lib}/', 1)[1]
+                break
+        return f'{path}:{frame.lineno} {frame.name}'
+    return name(frames[-1]), [name(f) for f in frames[-6:]]
+
+
+def record_syncs(fn):
+    """Runs fn() with sync debugging on; returns {call site: (count, chain)}."""
+    sites, chains = Counter(), {}
+
+    def on_warning(message, category, filename, lineno, file=None, line=None):
+        if 'synchroniz' not in str(message):
+            return
+        site, chain = call_site(traceback.extract_stack()[:-1])
+        sites[site] += 1
+        chains.setdefault(site, chain)
+
+    torch.cuda.synchronize()
+    previous = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter('always')
+        warnings.showwarning = on_warning
+        torch.cuda.set_sync_debug_mode('warn')
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode('default')
+            warnings.showwarning = previous
+    torch.cuda.synchronize()
+    return [dict(site=site, count=count, stack=chains[site]) for site, count in sites.most_common()]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg, model, optim_wrapper, loaders = build(args)
+    train_batches, _ = load_batches(loaders['train'], args.warmup + 1)
+    test_batches, _ = load_batches(loaders['val'], args.warmup + 1)
+    for batch in train_batches[:-1]:
+        model.train_step(batch, optim_wrapper)
+    train = record_syncs(lambda: model.train_step(train_batches[-1], optim_wrapper))
+    model.eval()
+    with torch.no_grad():
+        for batch in test_batches[:-1]:
+            model.test_step(batch)
+        test = record_syncs(lambda: model.test_step(test_batches[-1]))
+    result = dict(config=osp.relpath(args.config, REPO), amp=args.amp,
+                  cuda_graph_features=bool(cfg.model.get('cuda_graph_features', False))
+                  and not args.eager,
+                  train_step=dict(syncs=sum(s['count'] for s in train), sites=train),
+                  test_step=dict(syncs=sum(s['count'] for s in test), sites=test))
+    with open(args.out, 'w') as f:
+        json.dump(result, f, indent=1)
+    for step in ('train_step', 'test_step'):
+        print(f"{step}: {result[step]['syncs']} host synchronisations at "
+              f"{len(result[step]['sites'])} call sites")
+        for s in result[step]['sites'][:25]:
+            print(f"  {s['count']:4d}  {s['site']}")
+
+
+if __name__ == '__main__':
+    main()
