@@ -14,7 +14,7 @@ from mmengine.runner import Runner, find_latest_checkpoint  # noqa: E402
 
 from tools._common import (add_runner_args, check_checkpoint_matches, check_classes,  # noqa: E402
                            check_data_folders, data_errors_in_one_line, fail, load_config,
-                           parse_runner_args)
+                           parse_runner_args, setup_cpu_distributed)
 
 
 def parse_args(argv=None):
@@ -64,6 +64,7 @@ def main(argv=None):
     args = parse_args(argv)
     cfg = build_config(args)
     check_data_folders(cfg, ('train_dataloader', 'val_dataloader'))
+    setup_cpu_distributed(cfg)
     runner = Runner.from_cfg(cfg)
     resume_from = cfg.load_from if cfg.resume and cfg.load_from else (
         find_latest_checkpoint(cfg.work_dir) if cfg.resume else None)
