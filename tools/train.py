@@ -1,6 +1,6 @@
 """Train a detector from a config with mmengine's Runner.
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume [auto|CKPT]] [--amp]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [auto|CKPT]] [--amp] [--auto-scale-lr]
                           [--cfg-options key=value ...] [--launcher pytorch]
 """
 import argparse
@@ -27,6 +27,9 @@ def parse_args(argv=None):
                         'in the work dir; or a checkpoint path')
     parser.add_argument('--amp', action='store_true',
                         help='mixed precision (AmpOptimWrapper); needs a GPU')
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help="scale the learning rate linearly with the total batch (GPUs x "
+                        "batch per GPU) over the config's auto_scale_lr.base_batch_size")
     add_runner_args(parser)
     return parse_runner_args(parser, argv)
 
@@ -41,6 +44,11 @@ def build_config(args) -> Config:
             fail(f'--amp: expected optim_wrapper type OptimWrapper, got {cfg.optim_wrapper.type}')
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.loss_scale = 'dynamic'
+    if args.auto_scale_lr:
+        if not (cfg.get('auto_scale_lr') or {}).get('base_batch_size'):
+            fail('--auto-scale-lr: the config sets no auto_scale_lr.base_batch_size (the total '
+                 'batch its learning rate is for)')
+        cfg.auto_scale_lr.enable = True
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif args.resume is not None:

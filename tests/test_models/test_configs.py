@@ -52,3 +52,12 @@ def test_published_setup():
             stage2.clockwise) == ('RedetRiRoIAlignRotated', 7, 2, 8, True)
     assert cfg.model.test_cfg.rcnn.nms == dict(type='nms_rotated', iou_threshold=0.1)
     assert cfg.model.train_cfg.rcnn[1].assigner.iou_calculator.type == 'RedetRBboxOverlaps2D'
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
+def test_learning_rate_is_for_the_configs_own_batch_on_one_gpu(path):
+    """tools/train.py --auto-scale-lr scales lr by the total batch over base_batch_size: the
+    configs' learning rates are for their batch on one GPU."""
+    cfg = Config.fromfile(path)
+    assert cfg.auto_scale_lr == dict(enable=False,
+                                     base_batch_size=cfg.train_dataloader.batch_size)

@@ -31,7 +31,8 @@ class ImageSeededRandomSampler(RandomSampler):
 
 
 class StepRecordHook(Hook):
-    """Saves, per rank, the parameters before training, the gradients the optimizer steps with
+    """Saves, per rank, the parameters and learning rates before training, the gradients the
+    optimizer steps with
     (after DDP's averaging and gradient clipping) and the parameters after training, to
     <work_dir>/rank<k>.pt. Meant for runs with one optimizer step."""
 
@@ -47,6 +48,7 @@ class StepRecordHook(Hook):
         named = self._named_parameters(runner)
         self.record['before'] = {n: p.detach().clone() for n, p in named}
         self.record['steps'] = 0
+        self.record['lr'] = runner.optim_wrapper.get_lr()['lr']
 
         def grads(optimizer, args, kwargs):
             self.record['steps'] += 1

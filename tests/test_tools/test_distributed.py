@@ -144,11 +144,11 @@ def run_tool(main, argv, world_size):
     assert codes == [0] * world_size, f'{main.__module__} {argv}: exit codes {codes}'
 
 
-def train(config, work_dir, world_size, *options):
+def train(config, work_dir, world_size, *options, flags=()):
     """Trains through tools/train.py; returns each process's StepRecordHook record."""
     from tools.train import main
-    run_tool(main, [config, '--work-dir', str(work_dir), '--cfg-options', *FEWER_ROIS, *options],
-             world_size)
+    run_tool(main, [config, '--work-dir', str(work_dir), *flags, '--cfg-options', *FEWER_ROIS,
+                    *options], world_size)
     return [torch.load(osp.join(work_dir, f'rank{rank}.pt')) for rank in range(world_size)]
 
 
@@ -190,9 +190,13 @@ def test_ddp_step_equals_one_process_accumulating_each_process_batch(config, tmp
 
 
 def test_ddp_step_with_frozen_norms_equals_one_process_given_both_images(config, tmp_path):
-    frozen = 'model.backbone.norm_eval=True'
-    ddp = train(config, tmp_path / 'ddp', 2, frozen)
-    single = train(config, tmp_path / 'single', 1, frozen, 'train_dataloader.batch_size=2')
+    """Also: --auto-scale-lr gives 2 processes x batch 1 the learning rate of 1 process x batch
+    2 (the tiny config's lr is for a total batch of 4)."""
+    frozen, scale = 'model.backbone.norm_eval=True', ['--auto-scale-lr']
+    ddp = train(config, tmp_path / 'ddp', 2, frozen, flags=scale)
+    single = train(config, tmp_path / 'single', 1, frozen, 'train_dataloader.batch_size=2',
+                   flags=scale)
+    assert ddp[0]['lr'] == ddp[1]['lr'] == single[0]['lr'] == [1e-3 * 2 / 4]
     assert_same_step(ddp, single)
 
 
@@ -218,3 +222,11 @@ def test_two_process_test_gives_the_one_process_detections_and_map(config, tmp_p
             assert torch.equal(two['pred_instances'][key], one['pred_instances'][key]), \
                 (one['img_id'], key)
     assert dist2_metrics == single_metrics and 'dota/mAP' in single_metrics
+
+
+def test_auto_scale_lr_needs_the_batch_the_learning_rate_is_for(config, tmp_path):
+    from tools.train import build_config, parse_args
+    with pytest.raises(SystemExit, match=r'--auto-scale-lr: the config sets no '
+                                         r'auto_scale_lr.base_batch_size'):
+        build_config(parse_args([config, '--auto-scale-lr', '--work-dir', str(tmp_path),
+                                 '--cfg-options', 'auto_scale_lr=None']))
