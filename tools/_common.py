@@ -61,13 +61,16 @@ def setup_cpu_distributed(cfg) -> None:
     if not dist.is_available() or not dist.is_gloo_available():
         fail('--launcher pytorch without a GPU needs torch.distributed with gloo, which this '
              'torch lacks')
-    dist_cfg = dict((cfg.get('env_cfg') or {}).get('dist_cfg') or {})
-    backend = dist_cfg.pop('backend', 'gloo')
-    if backend not in ('gloo', 'nccl'):
-        fail(f'env_cfg.dist_cfg.backend: {backend!r} cannot run on the CPU; use gloo')
-    if dist_cfg.get('timeout') is not None:  # seconds in the config, as mmengine takes it
-        dist_cfg['timeout'] = datetime.timedelta(seconds=dist_cfg['timeout'])
-    dist.init_process_group(backend='gloo', **dist_cfg)
+    env_cfg = dict(cfg.get('env_cfg') or {})
+    dist_cfg = dict(env_cfg.get('dist_cfg') or {})
+    if dist_cfg.get('backend', 'gloo') not in ('gloo', 'nccl'):
+        fail(f"env_cfg.dist_cfg.backend: {dist_cfg['backend']!r} cannot run on the CPU; use gloo")
+    dist_cfg['backend'] = 'gloo'
+    cfg.env_cfg = dict(env_cfg, dist_cfg=dist_cfg)  # (the config the run logs and saves)
+    kwargs = {k: v for k, v in dist_cfg.items() if k != 'backend'}
+    if kwargs.get('timeout') is not None:  # seconds in the config, as mmengine takes it
+        kwargs['timeout'] = datetime.timedelta(seconds=kwargs['timeout'])
+    dist.init_process_group(backend='gloo', **kwargs)
     wrapper = cfg.get('model_wrapper_cfg')
     if wrapper is None:  # mmengine's default wrapper, as its Runner builds it
         wrapper = dict(type='MMDistributedDataParallel', broadcast_buffers=False,

@@ -230,3 +230,18 @@ def test_auto_scale_lr_needs_the_batch_the_learning_rate_is_for(config, tmp_path
                                          r'auto_scale_lr.base_batch_size'):
         build_config(parse_args([config, '--auto-scale-lr', '--work-dir', str(tmp_path),
                                  '--cfg-options', 'auto_scale_lr=None']))
+
+
+@pytest.mark.parametrize('launcher, backend, message', [
+    ('slurm', 'nccl', '--launcher slurm: without a GPU only --launcher pytorch'),
+    ('pytorch', 'mpi', "env_cfg.dist_cfg.backend: 'mpi' cannot run on the CPU; use gloo")])
+def test_cpu_processes_refuse_what_cannot_run_without_a_gpu(launcher, backend, message,
+                                                             monkeypatch):
+    from mmengine.config import Config
+
+    from tools._common import setup_cpu_distributed
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    cfg = Config(dict(launcher=launcher, env_cfg=dict(dist_cfg=dict(backend=backend))))
+    with pytest.raises(SystemExit, match=message):
+        setup_cpu_distributed(cfg)
+    assert not dist.is_initialized()
