@@ -15,7 +15,7 @@ from mmengine.runner import Runner  # noqa: E402
 
 from tools._common import (add_runner_args, check_checkpoint_matches, check_classes,  # noqa: E402
                            check_data_folders, data_errors_in_one_line, fail, load_config,
-                           parse_runner_args)
+                           parse_runner_args, setup_cpu_distributed)
 from tools._progress_hook import ProgressBarHook  # noqa: E402
 
 
@@ -51,6 +51,7 @@ def main(argv=None):
     args = parse_args(argv)
     cfg = build_config(args)
     check_data_folders(cfg, ('test_dataloader',))
+    setup_cpu_distributed(cfg)
     runner = Runner.from_cfg(cfg)
     checkpoint = check_checkpoint_matches(runner.model, args.checkpoint)
     with data_errors_in_one_line():

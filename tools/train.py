@@ -1,6 +1,6 @@
 """Train a detector from a config with mmengine's Runner.
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume [auto|CKPT]] [--amp]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [auto|CKPT]] [--amp] [--auto-scale-lr]
                           [--cfg-options key=value ...] [--launcher pytorch]
 """
 import argparse
@@ -14,7 +14,7 @@ from mmengine.runner import Runner, find_latest_checkpoint  # noqa: E402
 
 from tools._common import (add_runner_args, check_checkpoint_matches, check_classes,  # noqa: E402
                            check_data_folders, data_errors_in_one_line, fail, load_config,
-                           parse_runner_args)
+                           parse_runner_args, setup_cpu_distributed)
 
 
 def parse_args(argv=None):
@@ -27,6 +27,9 @@ def parse_args(argv=None):
                         'in the work dir; or a checkpoint path')
     parser.add_argument('--amp', action='store_true',
                         help='mixed precision (AmpOptimWrapper); needs a GPU')
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help="scale the learning rate linearly with the total batch (GPUs x "
+                        "batch per GPU) over the config's auto_scale_lr.base_batch_size")
     add_runner_args(parser)
     return parse_runner_args(parser, argv)
 
@@ -41,6 +44,11 @@ def build_config(args) -> Config:
             fail(f'--amp: expected optim_wrapper type OptimWrapper, got {cfg.optim_wrapper.type}')
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.loss_scale = 'dynamic'
+    if args.auto_scale_lr:
+        if not (cfg.get('auto_scale_lr') or {}).get('base_batch_size'):
+            fail('--auto-scale-lr: the config sets no auto_scale_lr.base_batch_size (the total '
+                 'batch its learning rate is for)')
+        cfg.auto_scale_lr.enable = True
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif args.resume is not None:
@@ -64,6 +72,7 @@ def main(argv=None):
     args = parse_args(argv)
     cfg = build_config(args)
     check_data_folders(cfg, ('train_dataloader', 'val_dataloader'))
+    setup_cpu_distributed(cfg)
     runner = Runner.from_cfg(cfg)
     resume_from = cfg.load_from if cfg.resume and cfg.load_from else (
         find_latest_checkpoint(cfg.work_dir) if cfg.resume else None)

@@ -77,5 +77,7 @@ optim_wrapper = dict(
     type='OptimWrapper',
     optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
     clip_grad=dict(max_norm=35, norm_type=2))
+# the total batch that lr is for (tools/train.py --auto-scale-lr; docs/multi_gpu.md)
+auto_scale_lr = dict(enable=False, base_batch_size=4)
 
 default_hooks = dict(logger=dict(interval=20), checkpoint=dict(interval=1, max_keep_ckpts=2))

@@ -102,3 +102,12 @@ def test_variants_change_only_what_they_state():
     assert extractors('redet-le90_re50_refpn_mmrotate-compat_1x_dota.py') == [roialign, legacy]
     assert extractors('redet-le90_re18_refpn_tiny-synthetic.py') == [
         dict(horizontal, out_channels=32), dict(rotated, out_channels=32)]
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
+def test_learning_rate_is_for_the_configs_own_batch_on_one_gpu(path):
+    """tools/train.py --auto-scale-lr scales lr by the total batch over base_batch_size: the
+    configs' learning rates are for their batch on one GPU."""
+    cfg = Config.fromfile(path)
+    assert cfg.auto_scale_lr == dict(enable=False,
+                                     base_batch_size=cfg.train_dataloader.batch_size)

@@ -12,3 +12,6 @@ optim_wrapper = dict(
     type='OptimWrapper',
     optimizer=dict(type='SGD', lr=0.005, momentum=0.9, weight_decay=0.0001),
     clip_grad=dict(max_norm=35, norm_type=2))
+# the total batch (GPUs x batch per GPU) that lr is for: tools/train.py --auto-scale-lr scales lr
+# linearly to another total batch (docs/multi_gpu.md)
+auto_scale_lr = dict(enable=False, base_batch_size=2)
