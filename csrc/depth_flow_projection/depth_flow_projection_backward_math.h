@@ -1,11 +1,10 @@
 // Backward of the depth-aware flow projection: the math shared by the CPU and CUDA kernels.
-// kernels.
 //
 // Source pixel y (flow F(y), weight w(y), G = t·F(y)) reaches up to four pixels x
-// (flow_projection.h), and there d out(x)/d F(y) = −t·w/count(x) and
+// (depth_flow_projection_math.h), and there d out(x)/d F(y) = −t·w/count(x) and
 // d out(x)/d w(y) = −(G + out(x))/count(x). With ĝ(x) the gradient reaching pixel x's projected
 // value (grad_output, plus with hole filling what the holes filled from x pass back:
-// hole_fill_backward.h), the backward is two steps:
+// below), the backward is two steps:
 //   1. terms, per pixel x: a = ĝ(x)/count(x) (two values) and a·out(x); zero at a hole;
 //   2. gather, per source pixel y: with S the sum of the terms of the pixels it reached,
 //      grad F(y) = −t·w·(S.x, S.y) and grad w(y) = −(G.x·S.x + G.y·S.y + S.w).
@@ -16,7 +15,7 @@
 #include <stdint.h>
 
 #include "common/macros.h"
-#include "depth_flow_projection/flow_projection.h"
+#include "depth_flow_projection/depth_flow_projection_math.h"
 
 namespace redet {
 
@@ -93,13 +92,12 @@ REDET_HOST_DEVICE acc_t depth_gradient(acc_t grad_w, acc_t w, bool inverse_depth
   return inverse_depth ? grad_w : -grad_w * w * w;
 }
 
-// -------------------- backward of the hole filling --------------------
-
-// Backward of the hole filling, shared by the CPU and CUDA kernels: the gradient ĝ(x) reaching
-// each non-hole x's projected value.
+// ---- backward of the hole filling ----
+//
+// The gradient ĝ(x) reaching each non-hole x's projected value.
 //
 // A filled hole h is the mean of the nearest non-holes found to its left, right, top and bottom
-// (n(h) of them, count(h) = −n(h): flow_hole_fill.h), so it passes u(h) = grad(h)/n(h)
+// (n(h) of them, count(h) = −n(h): depth_flow_projection_math.h), so it passes u(h) = grad(h)/n(h)
 // back to each of them, and
 //   ĝ(x) = grad(x) + Σ u over the runs of holes next to x: left, right, above and below.
 // All holes of one maximal run in a row share the same left and right non-holes (likewise in a

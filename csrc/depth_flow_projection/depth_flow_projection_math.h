@@ -5,7 +5,7 @@
 // (L,T) (R,T) (L,B) (R,B), L = floor(p.x), R = min(L+1, W-1), T = floor(p.y), B = min(T+1, H-1),
 // with equal weights (at the border one pixel can get the same contribution twice).
 // Output = sum / count; pixels with count <= 0 are holes, optionally filled with the mean of the
-// nearest non-holes to the left, right, top and bottom (flow_hole_fill.h). In the returned
+// nearest non-holes to the left, right, top and bottom (hole filling, below). In the returned
 // count a filled hole holds −(number of directions that found a non-hole), which is what the
 // fill's backward needs. Accumulators are 4 values per pixel, pixel-major: (sum_x, sum_y, count, unused)
 // (on CUDA, sums per corner (L, T), from which the pixels' sums follow: cuda/corner_sums.cuh).
@@ -71,9 +71,7 @@ REDET_HOST_DEVICE acc_t projection_weight(acc_t depth, bool inverse_depth) {
   return inverse_depth ? depth : acc_t(1) / depth;
 }
 
-// -------------------- hole filling --------------------
-
-// Hole filling of the depth-aware flow projection, shared by the CPU and CUDA kernels.
+// ---- hole filling ----
 //
 // A hole (count <= 0 after the scatter) takes the mean of the nearest non-holes to its left,
 // right, top and bottom, summed in that order. Walking from every hole to its neighbours costs
@@ -96,8 +94,8 @@ REDET_HOST_DEVICE acc_t projection_weight(acc_t depth, bool inverse_depth) {
 // What the fill reads from a non-hole (as_fill_input): for fp16/bf16 outputs its output as
 // stored, the projected value rounded to 16 bits, so a filled value may differ by about one
 // 16-bit ulp (of the neighbours' values) from the calc-type fill rounded once; in exchange CUDA's
-// fill reads the neighbours' 2-byte outputs and keeps no full-precision copy of them (the copy
-// made 16-bit no faster than fp32). For the other outputs, the unrounded projected value.
+// fill reads the neighbours' 2-byte outputs and keeps no full-precision copy of them. For the
+// other outputs, the unrounded projected value.
 //
 // Accumulator slots: `Slots` gives load(i, &sum_x, &sum_y, &count) for pixel i (batch-flat) and
 // store_partial/load_partial for a hole's partial sum (a hole's accumulated sums are unused).
