@@ -2,21 +2,22 @@
 // level). The forward: forward.cu.
 //
 // Backward (nO <= 32): the forward's mapping run backwards, a channels-last scatter. One warp per
-// (RoI, channel chunk), lane = channel, as above. Per bin, input orientation j (the lane's) feeds
-// two outputs of its group, main_target(j) with weight 1 - frac and neighbour_target(j) with
-// weight frac (riroi_geometry.h); the warp loads the chunk's grad_output once per 32 bins through
-// a ChannelTile (coalesced: grad_output is (K, C, bins), bins contiguous) and each lane takes its
-// two outputs from its group's lanes by shuffles. Then every tap is one atomic request of 32
-// adjacent words: the chunk's channels of one pixel of a scratch laid out [level][n][pixel][C].
-// Why a warp per (RoI, chunk): one thread per (group, RoI, bin, j) would spread a warp's request
-// over the pixels of 4 bins (nO = 8: 4 lines, 8 words each), recompute the RoI geometry and the
-// sample taps in every thread, and read grad_output at 2 scattered words per thread; here the
-// geometry is computed once per warp (with num_samples == 2 the taps of 8 bins at once, shared through shared memory,
-// as in the forward), the reads are coalesced, and a float request is one 128-byte line. Then
-// one tiled transpose per level (channels_last_to_nchw, common/cuda/channels_last.cuh) turns the
-// scratch into the level's (N, C, H, W) gradient, converting to its dtype on the way. nO > 32 (a
-// group wider than a warp): one thread per (group, RoI, bin, j), scattering into a scratch
-// [level][n][group][pixel][j] (nO adjacent words per bin).
+// (RoI, channel chunk), lane = channel, as in the forward. Per bin, input orientation j (the
+// lane's) feeds two outputs of its group, main_target(j) with weight 1 - frac and
+// neighbour_target(j) with weight frac (riroi_align_rotated_math.h); the warp loads the chunk's
+// grad_output once per 32 bins through a ChannelTile (coalesced: grad_output is (K, C, bins), bins
+// contiguous) and each lane takes its two outputs from its group's lanes by shuffles. Then every
+// tap is one atomic request of 32 adjacent words: the chunk's channels of one pixel of a scratch
+// laid out [level][n][pixel][C]. Why a warp per (RoI, chunk): one thread per (group, RoI, bin, j)
+// would spread a warp's request over the pixels of 4 bins (nO = 8: 4 lines, 8 words each),
+// recompute the RoI geometry and the sample taps in every thread, and read grad_output at 2
+// scattered words per thread; here the geometry is computed once per warp (with num_samples == 2
+// the taps of 8 bins at once, shared through shared memory, as in the forward), the reads are
+// coalesced, and a float request is one 128-byte line. Then one tiled transpose per level
+// (channels_last_to_nchw, common/cuda/channels_last.cuh) turns the scratch into the level's (N, C,
+// H, W) gradient, converting to its dtype on the way. nO > 32 (a group wider than a warp): one
+// thread per (group, RoI, bin, j), scattering into a scratch [level][n][group][pixel][j] (nO
+// adjacent words per bin).
 // Fast path: float atomics (double for double). Deterministic mode: the same mappings with 64-bit
 // fixed point and integer atomics (order-independent sums, bitwise repeatable), scaled by
 // sum |grad_output|, which bounds every input's total since each output's weights onto the input
@@ -39,6 +40,7 @@
 
 namespace redet {
 namespace {
+
 // One sample's bilinear taps, computed by one lane and read by the whole warp (shared memory).
 // The offsets are in bytes of the channels-last map (pixel offset * channels * element size),
 // multiplied once here: a load then costs one 64-bit add.

@@ -8,6 +8,7 @@
 #include "riroi_align_rotated/riroi_align_rotated.h"
 
 namespace redet {
+
 struct KernelOptions {
   int out_h, out_w, num_samples, num_orientations;
   bool clockwise, legacy;
