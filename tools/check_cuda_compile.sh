@@ -14,7 +14,7 @@ printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' > "$OUT/shim/c10/cud
 FILES=("$@"); [ ${#FILES[@]} -eq 0 ] && mapfile -t FILES < <(cd "$ROOT" && ls csrc/*/cuda/*.cu)
 for f in "${FILES[@]}"; do
   echo "[nvcc] $f"
-  nvcc -c "$ROOT/$f" -o "$OUT/$(basename "$f").o" -std=c++20 -O3 -arch=sm_90 --expt-relaxed-constexpr \
+  nvcc -c "$ROOT/$f" -o "$OUT/$(echo "$f" | tr / _).o" -std=c++20 -O3 -arch=sm_90 --expt-relaxed-constexpr \
     -DREDET_WITH_CUDA=1 -DTORCH_EXTENSION_NAME=_C -DTORCH_API_INCLUDE_EXTENSION_H \
     -U__CUDA_NO_HALF_OPERATORS__ -U__CUDA_NO_HALF_CONVERSIONS__ \
     -U__CUDA_NO_BFLOAT16_OPERATORS__ -U__CUDA_NO_BFLOAT16_CONVERSIONS__ \

@@ -1,12 +1,11 @@
-// Depth-aware flow projection (DAIN): argument checks and helpers shared by both backends.
+// Depth-aware flow projection (DAIN): the functions registered for its ops
+// (depth_flow_projection.cpp), and the argument checks and host setup both backends share.
 #pragma once
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
 #include <tuple>
 
-#include "depth_flow_projection/backward_terms.h"
-#include "depth_flow_projection/hole_fill_backward.h"
+#include "depth_flow_projection/depth_flow_projection_backward_math.h"
 
 namespace redet {
 
@@ -36,7 +35,7 @@ inline void check_depth_flow_projection_args(const at::Tensor& flow, const at::T
 }
 
 // depth must be > 0 (+inf allowed: weight 0); an inverse depth must be finite and >= 0: the rule
-// of depth_is_valid (flow_projection.h), over the whole tensor. The CPU forward runs it first; the
+// of depth_is_valid (depth_flow_projection_math.h), over the whole tensor. The CPU forward runs it first; the
 // CUDA forward only once its kernels flagged a bad value (to name it). Skipped when the caller
 // asks (check_depth=False): the kernels then drop invalid pixels.
 inline void check_depth_values(const at::Tensor& depth, bool inverse_depth, const char* op) {
@@ -130,8 +129,8 @@ GradView<scalar_t> grad_view(const at::Tensor& grad) {
           grad.stride(3)};
 }
 
-// The backward's scratch memory, one allocation: the per-pixel terms (backward_terms.h), then,
-// with hole filling, the run summaries (hole_fill_backward.h). Everything in it is written
+// The backward's scratch memory, one allocation: the per-pixel terms, then, with hole filling, the
+// run summaries (depth_flow_projection_backward_math.h). Everything in it is written
 // before it is read: nothing to zero.
 struct FlowBackwardWorkspace {
   at::Tensor buffer;
@@ -175,22 +174,34 @@ inline FlowBackwardWorkspace allocate_flow_backward_workspace(const FlowProjecti
   return w;
 }
 
-// Call inside a backend's TORCH_LIBRARY_IMPL(redet, <key>, m) with that backend's kernels.
-using DepthFlowProjectionFn = std::tuple<at::Tensor, at::Tensor> (*)(const at::Tensor& flow,
-                                                                     const at::Tensor& depth,
-                                                                     double t, bool inverse_depth,
-                                                                     bool fill_holes,
-                                                                     bool check_depth);
-using DepthFlowProjectionBackwardFn = std::tuple<at::Tensor, at::Tensor> (*)(
+// (output, count) from the forward, (grad_flow, grad_depth) from the backward.
+using FlowProjectionResult = std::tuple<at::Tensor, at::Tensor>;
+
+FlowProjectionResult depth_flow_projection_forward_cpu(const at::Tensor& flow,
+                                                       const at::Tensor& depth, double t,
+                                                       bool inverse_depth, bool fill_holes,
+                                                       bool check_depth);
+FlowProjectionResult depth_flow_projection_backward_cpu(
     const at::Tensor& grad_output, const at::Tensor& flow, const at::Tensor& depth,
     const at::Tensor& output, const at::Tensor& count, double t, bool inverse_depth,
     bool fill_holes);
 
-inline void register_depth_flow_projection_kernels(torch::Library& m,
-                                                   DepthFlowProjectionFn forward,
-                                                   DepthFlowProjectionBackwardFn backward) {
-  m.impl("depth_flow_projection", forward);
-  m.impl("_depth_flow_projection_backward", backward);
-}
+FlowProjectionResult depth_flow_projection_forward_cuda(const at::Tensor& flow,
+                                                        const at::Tensor& depth, double t,
+                                                        bool inverse_depth, bool fill_holes,
+                                                        bool check_depth);
+FlowProjectionResult depth_flow_projection_backward_cuda(
+    const at::Tensor& grad_output, const at::Tensor& flow, const at::Tensor& depth,
+    const at::Tensor& output, const at::Tensor& count, double t, bool inverse_depth,
+    bool fill_holes);
+
+FlowProjectionResult depth_flow_projection_forward_autograd(const at::Tensor& flow,
+                                                            const at::Tensor& depth, double t,
+                                                            bool inverse_depth, bool fill_holes,
+                                                            bool check_depth);
+FlowProjectionResult depth_flow_projection_backward_autograd(
+    const at::Tensor& grad_output, const at::Tensor& flow, const at::Tensor& depth,
+    const at::Tensor& output, const at::Tensor& count, double t, bool inverse_depth,
+    bool fill_holes);
 
 }  // namespace redet

@@ -1,12 +1,14 @@
-// Autograd of the depth-aware flow projection, registered in C++ (at the Autograd key) rather
-// than with torch.library.register_autograd: that runs a Python function on every call, even
-// without gradients, which costs as much host time as a small GPU forward takes. The fake kernels
-// stay in redet_plugin/ops.
+// Autograd of the depth-aware flow projection, in C++ (registered at the Autograd key in
+// depth_flow_projection.cpp) rather than with torch.library.register_autograd: that runs a Python
+// function on every call, even without gradients, which costs as much host time as a small GPU
+// forward takes. The fake kernels are in redet_plugin/ops/depth_flow_projection.py.
 #include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <optional>
 #include <tuple>
+
+#include "depth_flow_projection/depth_flow_projection.h"
 
 namespace redet {
 namespace {
@@ -88,26 +90,23 @@ class ProjectionBackward : public torch::autograd::Function<ProjectionBackward> 
   }
 };
 
-TensorPair projection_autograd(const at::Tensor& flow, const at::Tensor& depth, double t,
-                               bool inverse_depth, bool fill_holes, bool check_depth) {
+}  // namespace
+
+FlowProjectionResult depth_flow_projection_forward_autograd(const at::Tensor& flow,
+                                                            const at::Tensor& depth, double t,
+                                                            bool inverse_depth, bool fill_holes,
+                                                            bool check_depth) {
   const auto result = Projection::apply(flow, depth, t, inverse_depth, fill_holes, check_depth);
   return {result[0], result[1]};
 }
 
-TensorPair projection_backward_autograd(const at::Tensor& grad, const at::Tensor& flow,
-                                        const at::Tensor& depth, const at::Tensor& output,
-                                        const at::Tensor& count, double t, bool inverse_depth,
-                                        bool fill_holes) {
+FlowProjectionResult depth_flow_projection_backward_autograd(
+    const at::Tensor& grad, const at::Tensor& flow, const at::Tensor& depth,
+    const at::Tensor& output, const at::Tensor& count, double t, bool inverse_depth,
+    bool fill_holes) {
   const auto result = ProjectionBackward::apply(grad, flow, depth, output, count, t,
                                                 inverse_depth, fill_holes);
   return {result[0], result[1]};
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(redet, Autograd, m) {
-  m.impl("depth_flow_projection", &projection_autograd);
-  m.impl("_depth_flow_projection_backward", &projection_backward_autograd);
 }
 
 }  // namespace redet

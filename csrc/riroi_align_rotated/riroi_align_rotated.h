@@ -1,11 +1,12 @@
-// RiRoIAlignRotated: argument checks and the per-level feature table shared by both backends.
-// Every entry point is multi-level; the single-level op is the one-level case (levels undefined).
+// RiRoIAlignRotated: the functions registered for its ops (riroi_align_rotated.cpp), and the
+// argument checks and the per-level feature table both backends share. Every backend function is
+// multi-level; the single-level ops are its one-level case (levels undefined).
 #pragma once
 #include <string>
 #include <vector>
 
 #include "common/checks.h"
-#include "riroi_align_rotated/riroi_geometry.h"
+#include "riroi_align_rotated/riroi_align_rotated_math.h"
 
 namespace redet {
 
@@ -108,6 +109,36 @@ inline void check_riroi_forward(at::TensorList features, const at::Tensor& rois,
   if (levels.defined()) check_roi_levels(levels, rois, op);
 }
 
+// The backward ops' levels and input sizes (of the gradients they allocate).
+inline void check_riroi_input_sizes(int64_t batch_size, at::IntArrayRef heights,
+                                    at::IntArrayRef widths, at::ArrayRef<double> scales,
+                                    const char* op) {
+  TORCH_CHECK(batch_size >= 0, op, ": batch_size must be >= 0, got ", batch_size);
+  const size_t num_levels = heights.size();
+  TORCH_CHECK(widths.size() == num_levels && scales.size() == num_levels && num_levels >= 1 &&
+                  num_levels <= kMaxFeatureLevels,
+              op, ": heights, widths and spatial_scales must have one entry per level (1 to ",
+              kMaxFeatureLevels, " levels), got ", heights.size(), ", ", widths.size(), " and ",
+              scales.size());
+  for (size_t l = 0; l < num_levels; ++l) check_map_size(heights[l], widths[l], op, l);
+  check_spatial_scales(scales, num_levels, op);
+}
+
+// Backward entry checks (both backends). They check grad_output, the options (the output size is
+// grad_output's) and the sizes they allocate, not the values of rois and levels: those come from
+// the forward, which checked them, and checking them again on CUDA would cost a host wait; the
+// kernels give a row that breaks the rules (common/roi_rows.h) no gradient. levels may be
+// undefined (single level).
+inline void check_riroi_backward(const at::Tensor& grad, const at::Tensor& rois,
+                                 const at::Tensor& levels, at::ArrayRef<double> scales,
+                                 const RiRoIOptions& o, int64_t batch_size, int64_t channels,
+                                 at::IntArrayRef heights, at::IntArrayRef widths, const char* op) {
+  check_riroi_options(o, op);
+  check_riroi_grad(grad, rois, channels, o, op);
+  if (levels.defined()) check_roi_levels(levels, rois, op);
+  check_riroi_input_sizes(batch_size, heights, widths, scales, op);
+}
+
 template <typename scalar_t, typename acc_t>
 FeatureLevels<scalar_t, acc_t> feature_levels(const std::vector<at::Tensor>& contiguous,
                                               at::ArrayRef<double> scales) {
@@ -128,5 +159,52 @@ inline std::vector<at::Tensor> contiguous_all(at::TensorList tensors) {
   for (const auto& t : tensors) out.push_back(t.contiguous());
   return out;
 }
+
+// One backend's kernels. The forward pools RoI k from features[levels[k]] with
+// spatial_scales[levels[k]] (levels undefined: one level); `name` is what the user calls the
+// features ("input" or "features") and `op` the op's name, for messages. The backward returns one
+// gradient per level.
+at::Tensor riroi_align_rotated_forward_cpu(at::TensorList features, const at::Tensor& rois,
+                                           const at::Tensor& levels,
+                                           at::ArrayRef<double> spatial_scales,
+                                           const RiRoIOptions& options, const char* name,
+                                           const char* op);
+std::vector<at::Tensor> riroi_align_rotated_backward_cpu(
+    const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& levels,
+    at::ArrayRef<double> spatial_scales, const RiRoIOptions& options, int64_t batch_size,
+    int64_t channels, at::IntArrayRef heights, at::IntArrayRef widths, const char* op);
+
+at::Tensor riroi_align_rotated_forward_cuda(at::TensorList features, const at::Tensor& rois,
+                                            const at::Tensor& levels,
+                                            at::ArrayRef<double> spatial_scales,
+                                            const RiRoIOptions& options, const char* name,
+                                            const char* op);
+std::vector<at::Tensor> riroi_align_rotated_backward_cuda(
+    const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& levels,
+    at::ArrayRef<double> spatial_scales, const RiRoIOptions& options, int64_t batch_size,
+    int64_t channels, at::IntArrayRef heights, at::IntArrayRef widths, const char* op);
+
+// The Autograd-key functions of the four ops (riroi_align_rotated_autograd.cpp), with the schemas'
+// signatures.
+at::Tensor riroi_align_rotated_forward_autograd(const at::Tensor& input, const at::Tensor& rois,
+                                                double spatial_scale, c10::SymInt out_h,
+                                                c10::SymInt out_w, int64_t num_samples,
+                                                int64_t num_orientations, bool clockwise,
+                                                bool legacy);
+at::Tensor riroi_align_rotated_backward_autograd(const at::Tensor& grad, const at::Tensor& rois,
+                                                 double spatial_scale, int64_t num_samples,
+                                                 int64_t num_orientations, bool clockwise,
+                                                 bool legacy, c10::SymInt batch_size,
+                                                 c10::SymInt channels, c10::SymInt height,
+                                                 c10::SymInt width);
+at::Tensor riroi_align_rotated_multilevel_forward_autograd(
+    at::TensorList features, const at::Tensor& rois, const at::Tensor& levels,
+    at::ArrayRef<double> spatial_scales, c10::SymInt out_h, c10::SymInt out_w,
+    int64_t num_samples, int64_t num_orientations, bool clockwise, bool legacy);
+std::vector<at::Tensor> riroi_align_rotated_multilevel_backward_autograd(
+    const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& levels,
+    at::ArrayRef<double> spatial_scales, int64_t num_samples, int64_t num_orientations,
+    bool clockwise, bool legacy, c10::SymInt batch_size, c10::SymInt channels,
+    c10::SymIntArrayRef heights, c10::SymIntArrayRef widths);
 
 }  // namespace redet

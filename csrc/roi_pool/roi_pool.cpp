@@ -1,5 +1,8 @@
-// Schemas of RoIPool and its backward. Kernels: cpu/roi_pool_cpu.cpp, cuda/roi_pool_cuda.cu.
+// RoIPool: the schemas of the op and of its backward, and the functions that implement them on
+// each dispatch key (declared in roi_pool.h).
 #include <torch/library.h>
+
+#include "roi_pool/roi_pool.h"
 
 TORCH_LIBRARY_FRAGMENT(redet, m) {
   // output (K, C, pooled_h, pooled_w) and argmax (int32 flat h * W + w of the max, -1 if empty)
@@ -8,3 +11,24 @@ TORCH_LIBRARY_FRAGMENT(redet, m) {
   m.def("_roi_pool_backward(Tensor grad_output, Tensor rois, Tensor argmax, SymInt batch_size, "
         "SymInt channels, SymInt height, SymInt width) -> Tensor");
 }
+
+namespace redet {
+
+TORCH_LIBRARY_IMPL(redet, CPU, m) {  // cpu/roi_pool_cpu.cpp
+  m.impl("roi_pool", &roi_pool_forward_cpu);
+  m.impl("_roi_pool_backward", &roi_pool_backward_cpu);
+}
+
+#ifdef REDET_WITH_CUDA
+TORCH_LIBRARY_IMPL(redet, CUDA, m) {  // cuda/forward.cu, cuda/backward.cu
+  m.impl("roi_pool", &roi_pool_forward_cuda);
+  m.impl("_roi_pool_backward", &roi_pool_backward_cuda);
+}
+#endif
+
+TORCH_LIBRARY_IMPL(redet, Autograd, m) {  // roi_pool_autograd.cpp
+  m.impl("roi_pool", &roi_pool_forward_autograd);
+  m.impl("_roi_pool_backward", &roi_pool_backward_autograd);
+}
+
+}  // namespace redet

@@ -1,5 +1,8 @@
-// RoIPool (Fast R-CNN max pooling, torchvision semantics): argument checks shared by both backends.
+// RoIPool (Fast R-CNN max pooling, torchvision semantics): the functions registered for its ops
+// (roi_pool.cpp) and the argument checks both backends share.
 #pragma once
+#include <tuple>
+
 #include "common/checks.h"
 
 namespace redet {
@@ -37,5 +40,26 @@ inline void check_roi_pool_backward(const at::Tensor& grad, const at::Tensor& ro
   TORCH_CHECK(grad.device() == rois.device() && argmax.device() == rois.device(), op,
               ": grad_output, rois and argmax must be on one device");
 }
+
+using RoIPoolResult = std::tuple<at::Tensor, at::Tensor>;  // output, argmax
+
+RoIPoolResult roi_pool_forward_cpu(const at::Tensor& input, const at::Tensor& rois,
+                                   double spatial_scale, int64_t pooled_h, int64_t pooled_w);
+at::Tensor roi_pool_backward_cpu(const at::Tensor& grad, const at::Tensor& rois,
+                                 const at::Tensor& argmax, int64_t batch_size, int64_t channels,
+                                 int64_t height, int64_t width);
+
+RoIPoolResult roi_pool_forward_cuda(const at::Tensor& input, const at::Tensor& rois,
+                                    double spatial_scale, int64_t pooled_h, int64_t pooled_w);
+at::Tensor roi_pool_backward_cuda(const at::Tensor& grad, const at::Tensor& rois,
+                                  const at::Tensor& argmax, int64_t batch_size, int64_t channels,
+                                  int64_t height, int64_t width);
+
+RoIPoolResult roi_pool_forward_autograd(const at::Tensor& input, const at::Tensor& rois,
+                                        double spatial_scale, c10::SymInt pooled_h,
+                                        c10::SymInt pooled_w);
+at::Tensor roi_pool_backward_autograd(const at::Tensor& grad, const at::Tensor& rois,
+                                      const at::Tensor& argmax, c10::SymInt batch_size,
+                                      c10::SymInt channels, c10::SymInt height, c10::SymInt width);
 
 }  // namespace redet

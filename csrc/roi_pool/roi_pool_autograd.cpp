@@ -1,5 +1,6 @@
-// Autograd of RoIPool, registered in C++ at the Autograd key like every op's (a Python autograd
-// function would run Python on every call). The fake kernels stay in redet_plugin/ops/roi_pool.py.
+// Autograd of RoIPool, in C++ like every op's (a Python autograd function would run Python on
+// every call); registered at the Autograd key in roi_pool.cpp. The fake kernels are in
+// redet_plugin/ops/roi_pool.py.
 // The gradient flows to the input only; argmax is not differentiable. The backward op is linear
 // in grad_output, so its own gradient (double backward) gathers the incoming gradient at the
 // argmax pixels: every order of derivative is available.
@@ -7,6 +8,8 @@
 #include <torch/library.h>
 
 #include <tuple>
+
+#include "roi_pool/roi_pool.h"
 
 namespace redet {
 namespace {
@@ -108,25 +111,21 @@ class RoIPoolBackward : public torch::autograd::Function<RoIPoolBackward> {
   }
 };
 
-TensorPair pool_autograd(const at::Tensor& input, const at::Tensor& rois, double spatial_scale,
-                         c10::SymInt pooled_h, c10::SymInt pooled_w) {
+}  // namespace
+
+RoIPoolResult roi_pool_forward_autograd(const at::Tensor& input, const at::Tensor& rois,
+                                        double spatial_scale, c10::SymInt pooled_h,
+                                        c10::SymInt pooled_w) {
   const auto result =
       RoIPool::apply(input, rois, spatial_scale, std::move(pooled_h), std::move(pooled_w));
   return {result[0], result[1]};
 }
 
-at::Tensor pool_backward_autograd(const at::Tensor& grad, const at::Tensor& rois,
-                                  const at::Tensor& argmax, c10::SymInt batch_size,
-                                  c10::SymInt channels, c10::SymInt height, c10::SymInt width) {
+at::Tensor roi_pool_backward_autograd(const at::Tensor& grad, const at::Tensor& rois,
+                                      const at::Tensor& argmax, c10::SymInt batch_size,
+                                      c10::SymInt channels, c10::SymInt height, c10::SymInt width) {
   return RoIPoolBackward::apply(grad, rois, argmax, std::move(batch_size), std::move(channels),
                                 std::move(height), std::move(width))[0];
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(redet, Autograd, m) {
-  m.impl("roi_pool", &pool_autograd);
-  m.impl("_roi_pool_backward", &pool_backward_autograd);
 }
 
 }  // namespace redet

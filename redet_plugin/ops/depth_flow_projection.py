@@ -1,12 +1,12 @@
 """Depth-aware flow projection (DAIN) with correct gradients, on CPU and CUDA.
 
-Schema, kernels and per-pixel math (flow_projection.h): csrc/depth_flow_projection/.
+Schema, kernels and per-pixel math (depth_flow_projection_math.h): csrc/depth_flow_projection/.
 From the flow F0->1 (B, 2, H, W) and the depth D0 (B, 1, H, W) it estimates F_t->0: each pixel y
 lands at p = y + t*F(y) and, if p is inside the image, adds -t*F(y) with weight 1/D(y) to the four
 integer pixels around p (equal weights, as DAIN; at the image border one pixel may get the same
 contribution twice). Each pixel's output is the weighted mean; pixels nothing reached are holes,
 filled (when `fill_holes`) with the mean of the nearest non-holes to the left, right, top and
-bottom (0 if there are none), by two linear sweeps (rows, then columns: flow_hole_fill.h there),
+bottom (0 if there are none), by two linear sweeps (rows, then columns),
 so its cost does not depend on how large the holes are. Filling is linear in the projected values,
 so gradients pass through it and it can be used in training. Gradients flow to `flow` and to the depth; unlike DAIN's
 kernel, the depth gradient is right: d out(x)/d w(y) = -(t*F(y) + out(x)) / count(x).

@@ -1,6 +1,6 @@
 """RiRoIAlignRotated: rotation-invariant RoI align for rotated RoIs (ReDet).
 
-Schemas, kernels and the geometry both backends share (riroi_geometry.h) are in
+Schemas, kernels and the geometry both backends share (riroi_align_rotated_math.h) are in
 csrc/riroi_align_rotated/.
 input (N, C*nO, H, W) holds C orientation fields of nO channels each (channel c*nO + o); rois are
 (K, 6) = (batch_index, cx, cy, w, h, theta in radians) in image coordinates, or a list of

@@ -19,9 +19,9 @@ constexpr int kTransposeTile = 32, kTransposeRows = 8;
 
 // Block (32, 8) copies kTransposeTilesPerBlock tiles (channels c0.., 32 pixels each) of image
 // blockIdx.z, adjacent along the pixels: all their loads first (16 per thread in flight), then all
-// stores. A one-tile version was instruction- and latency-bound (the profiler's verdict): per
-// element it recomputed 64-bit offsets and bounds checks, with 4 loads per thread in flight.
-// Here the offsets are hoisted (an element is one add away) and full blocks skip the checks.
+// stores. One tile per block is instruction- and latency-bound: per element it recomputes 64-bit
+// offsets and bounds checks, with 4 loads per thread in flight. Here the offsets are hoisted (an
+// element is one add away) and full blocks skip the checks.
 constexpr int kTransposeTilesPerBlock = 4;
 
 template <typename scalar_t>

@@ -4,9 +4,9 @@
 // it, and is_set() waits for that event alone. An op arms the flag, enqueues its main kernels and
 // only then asks, so its one host synchronisation overlaps its own kernels (the GPU never waits
 // for the host). While a CUDA graph is being captured no flag is used (capturing_cuda_graph()).
-// Why not copy a device word back (as before): the copy needed a pinned allocation, an event
-// created and destroyed, and a side stream's wait, copy and record - host time comparable to a
-// small op's whole GPU time. The pinned word and the event here come from a per-thread cache
+// Why not copy a device word back: the copy needs a pinned allocation, an event created and
+// destroyed, and a side stream's wait, copy and record - host time comparable to a small op's
+// whole GPU time. The pinned word and the event here come from a per-thread cache
 // (host_flag.cu), so a call costs one event record.
 #pragma once
 #include <c10/cuda/CUDAGraphsC10Utils.h>

@@ -1,25 +1,20 @@
 // Depth-aware flow projection on the CPU. The scatter runs image by image (parallel over the batch),
 // visiting source pixels in raster order, so it is deterministic. Normalisation and the hole
 // filling's row pass run parallel over rows, its column pass parallel over columns (the linear
-// sweeps of flow_hole_fill.h). The backward (backward_terms.h) forms per-pixel terms, over
-// 32 x 32 tiles with hole filling (hole_fill_backward.h), then gathers them per source pixel,
+// sweeps of depth_flow_projection_math.h). The backward (depth_flow_projection_backward_math.h)
+// forms per-pixel terms, over 32 x 32 tiles with hole filling, then gathers them per source pixel,
 // parallel over rows: the CUDA kernels' steps, so both compute the same sums in the same order.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
-#include "depth_flow_projection/flow_hole_fill.h"
-#include "depth_flow_projection/flow_projection.h"
-#include "depth_flow_projection/backward_terms.h"
-#include "depth_flow_projection/hole_fill_backward.h"
 #include "depth_flow_projection/depth_flow_projection.h"
-#include "depth_flow_projection/flow_hole_fill.h"
-#include "depth_flow_projection/flow_projection.h"
+#include "depth_flow_projection/depth_flow_projection_backward_math.h"
+#include "depth_flow_projection/depth_flow_projection_math.h"
 
 namespace redet {
 namespace {
 
-// Row pass of the hole filling (flow_hole_fill.h), or plain normalisation without it:
+// Row pass of the hole filling (depth_flow_projection_math.h), or plain normalisation without it:
 // output and count of every non-hole; left + right partial sums of the holes.
 template <typename scalar_t, typename acc_t>
 void normalize_rows(const PlainSlots<acc_t>& slots, int64_t batch, int height, int width,
@@ -70,10 +65,12 @@ void fill_columns(const PlainSlots<acc_t>& slots, int64_t batch, int height, int
   });
 }
 
-std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& flow_,
-                                                             const at::Tensor& depth_, double t,
-                                                             bool inverse_depth, bool fill_holes,
-                                                             bool check_depth) {
+}  // namespace
+
+FlowProjectionResult depth_flow_projection_forward_cpu(const at::Tensor& flow_,
+                                                       const at::Tensor& depth_, double t,
+                                                       bool inverse_depth, bool fill_holes,
+                                                       bool check_depth) {
   constexpr const char* op = "depth_flow_projection";
   check_depth_flow_projection_args(flow_, depth_, t, op);
   if (check_depth) check_depth_values(depth_, inverse_depth, op);
@@ -131,8 +128,9 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cpu(const at::Tensor& f
   return {output, count};
 }
 
-// ---- backward: terms per pixel (backward_terms.h; with hole filling over tiles,
-// hole_fill_backward.h), then the gather per source pixel ----
+namespace {
+
+// ---- backward: terms per pixel (over tiles with hole filling), then the gather per source pixel
 
 template <typename scalar_t, typename acc_t>
 void pixel_terms_cpu(const GradView<scalar_t>& grad, const scalar_t* out, const acc_t* count,
@@ -154,7 +152,7 @@ void pixel_terms_cpu(const GradView<scalar_t>& grad, const scalar_t* out, const 
 }
 
 // One tile of the hole filling's backward: what a CUDA warp keeps in shared memory and
-// registers, filled by the same calls in the same order (cuda/backward_kernels.cuh).
+// registers, filled by the same calls in the same order (cuda/backward.cu).
 template <typename acc_t>
 struct RunTile {
   GradPair<acc_t> cells[kRunTile * kRunTileStride];
@@ -293,7 +291,9 @@ void source_gradient_cpu(const scalar_t* flow, const scalar_t* depth,
   });
 }
 
-std::tuple<at::Tensor, at::Tensor> depth_flow_projection_backward_cpu(
+}  // namespace
+
+FlowProjectionResult depth_flow_projection_backward_cpu(
     const at::Tensor& grad_, const at::Tensor& flow_, const at::Tensor& depth_,
     const at::Tensor& output_, const at::Tensor& count_, double t, bool inverse_depth,
     bool fill_holes) {
@@ -322,13 +322,6 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_backward_cpu(
                         io.grad_flow.data_ptr<scalar_t>(), io.grad_depth.data_ptr<scalar_t>());
   });
   return {io.grad_flow, io.grad_depth};
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(redet, CPU, m) {
-  register_depth_flow_projection_kernels(m, &depth_flow_projection_cpu,
-                                         &depth_flow_projection_backward_cpu);
 }
 
 }  // namespace redet

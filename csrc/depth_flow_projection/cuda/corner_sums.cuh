@@ -1,7 +1,7 @@
 // The CUDA forward's accumulators hold corner sums, not pixel sums.
 //
 // A source pixel adds the same (−w·G, w) to all four pixels (L,T) (R,T) (L,B) (R,B) around its
-// landing point (flow_projection.h), so the scatter adds it once, to its corner (L, T), and
+// landing point (depth_flow_projection_math.h), so the scatter adds it once, to its corner (L, T), and
 // a pixel's sums are recovered afterwards from the corners that reach it:
 //   pixel (x, y) = corners (x-1, y-1) + (x, y-1) + (x-1, y) + (x, y),
 // with the last column and the last row counted twice (there R = L, B = T). One atomic per source

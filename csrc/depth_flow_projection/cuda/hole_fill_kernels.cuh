@@ -1,12 +1,12 @@
 // Hole filling of the depth-aware flow projection on CUDA: the two kernels of the forward's fill.
 // The semantics (each hole: the mean of the nearest non-holes to its left, right, top and bottom,
-// added in that order) and all arithmetic are the shared functions of flow_hole_fill.h, as
-// on the CPU, so the results are the CPU's bit for bit wherever the projected sums are exact in any
-// order (corner_sums.cuh). Only the search for the neighbours differs.
+// added in that order) and all arithmetic are the shared functions of
+// depth_flow_projection_math.h, as on the CPU, so the results are the CPU's bit for bit wherever
+// the projected sums are exact in any order (corner_sums.cuh). Only the search for the neighbours differs.
 //
-// Design, and why. An earlier design (a row pass storing left + right in each hole's slot, then
-// a column pass adding top + bottom) was slower: each pass was a chain of dependent loads behind
-// its own stores, and the column pass had one block per 32-column strip. Here the marking costs
+// Design, and why. The CPU's two sweeps (a row pass storing left + right in each hole's slot, then
+// a column pass adding top + bottom) would make each pass a chain of dependent loads behind its
+// own stores, with one block per 32-column strip for the column pass. Here the marking costs
 // what plain normalisation costs, and nothing is stored into the accumulators, so every hole's
 // loads are independent:
 //   1. mark_tiles_kernel: a warp normalises a 32 x 32 tile (lane = column, 32 rows; a hole gets
@@ -21,7 +21,7 @@
 //      ~2000 holes) - then reads the four values together and writes the mean.
 // Non-holes cost one read of the accumulators and one write of output and count (as in plain
 // normalisation) plus a few bits; the rest scales with the holes. The fill reads the neighbours'
-// outputs as stored (flow_hole_fill.h: as_fill_input; for fp16/bf16, 2-byte values rounded to 16
+// outputs as stored (depth_flow_projection_math.h: as_fill_input; for fp16/bf16, 2-byte values rounded to 16
 // bits), except for float output in fixed point (deterministic mode), whose sums are double:
 // there the marking also writes a double copy of each non-hole's value (keeps_unrounded_copy),
 // which the fill reads, so that float output is filled from the unrounded values as in the
@@ -34,7 +34,7 @@
 
 #include "common/cuda_utils.cuh"
 #include "depth_flow_projection/cuda/corner_sums.cuh"
-#include "depth_flow_projection/flow_hole_fill.h"
+#include "depth_flow_projection/depth_flow_projection_math.h"
 
 namespace redet {
 
@@ -75,7 +75,7 @@ struct HoleMasks {
 
 // Does the fill need a copy of the non-holes' unrounded values beside the output? Only where the
 // output type is neither the calc type nor filled from as stored: float output of double sums
-// (fixed point). fp16/bf16 are filled from their stored outputs (flow_hole_fill.h).
+// (fixed point). fp16/bf16 are filled from their stored outputs (depth_flow_projection_math.h).
 template <typename scalar_t, typename calc_t>
 constexpr bool keeps_unrounded_copy =
     !std::is_same_v<scalar_t, calc_t> && !fills_from_rounded_outputs<scalar_t>;
@@ -237,7 +237,7 @@ __device__ __forceinline__ int nearest_bit_after(const BitLine& line, uint32_t f
 
 // The fill's input from the non-hole (x, y) of the image whose output starts at out_x, pixels at
 // `image` (x < 0: none in that direction). mark_tiles_kernel stored static_cast<scalar_t>(value),
-// so the output converted back is as_fill_input(value) (flow_hole_fill.h) without rounding it
+// so the output converted back is as_fill_input(value) (depth_flow_projection_math.h) without rounding it
 // again; where keeps_unrounded_copy, the copy in `exact` is.
 template <typename calc_t, typename scalar_t>
 __device__ __forceinline__ NeighbourValue<calc_t> neighbour_value(const scalar_t* out_x,

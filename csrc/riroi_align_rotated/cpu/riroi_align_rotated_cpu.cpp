@@ -5,14 +5,12 @@
 // visits its RoIs in index order, so it is race-free and bitwise deterministic by construction.
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <vector>
 
 #include "common/roi_rows.h"
 #include "riroi_align_rotated/riroi_align_rotated.h"
-#include "riroi_align_rotated/riroi_align_rotated_ops.h"
-#include "riroi_align_rotated/riroi_geometry.h"
+#include "riroi_align_rotated/riroi_align_rotated_math.h"
 
 namespace redet {
 namespace {
@@ -134,9 +132,12 @@ void backward_kernel(const scalar_t* grad, const scalar_t* rois, const int64_t* 
   });
 }
 
-at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
-                          const at::Tensor& levels_, at::ArrayRef<double> scales,
-                          const RiRoIOptions& opt, const char* name, const char* op) {
+}  // namespace
+
+at::Tensor riroi_align_rotated_forward_cpu(at::TensorList features_, const at::Tensor& rois_,
+                                           const at::Tensor& levels_, at::ArrayRef<double> scales,
+                                           const RiRoIOptions& opt, const char* name,
+                                           const char* op) {
   check_riroi_forward(features_, rois_, levels_, scales, opt, name, op);
   check_roi_values_cpu(rois_, features_[0].size(0), op, levels_, features_.size());
   const auto features = contiguous_all(features_);
@@ -154,13 +155,12 @@ at::Tensor forward_levels(at::TensorList features_, const at::Tensor& rois_,
   return output;
 }
 
-// grad_output, the options, levels and sizes are checked by the op entry points
-// (riroi_align_rotated_ops.h).
-std::vector<at::Tensor> backward_levels(const at::Tensor& grad_, const at::Tensor& rois_,
-                                        const at::Tensor& levels_, at::ArrayRef<double> scales,
-                                        const RiRoIOptions& opt, int64_t batch_size,
-                                        int64_t channels, at::IntArrayRef heights,
-                                        at::IntArrayRef widths, const char* op) {
+std::vector<at::Tensor> riroi_align_rotated_backward_cpu(
+    const at::Tensor& grad_, const at::Tensor& rois_, const at::Tensor& levels_,
+    at::ArrayRef<double> scales, const RiRoIOptions& opt, int64_t batch_size, int64_t channels,
+    at::IntArrayRef heights, at::IntArrayRef widths, const char* op) {
+  check_riroi_backward(grad_, rois_, levels_, scales, opt, batch_size, channels, heights, widths,
+                       op);
   const auto grad = grad_.contiguous();
   const auto rois = rois_.contiguous();
   const auto levels = levels_.defined() ? levels_.contiguous() : levels_;
@@ -185,12 +185,6 @@ std::vector<at::Tensor> backward_levels(const at::Tensor& grad_, const at::Tenso
     if (a.scalar_type() != grad.scalar_type()) a = a.to(grad.scalar_type());
   }
   return acc;
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(redet, CPU, m) {
-  register_riroi_kernels<&forward_levels, &backward_levels>(m);
 }
 
 }  // namespace redet

@@ -2,18 +2,15 @@
 // channels, each thread visiting RoIs in a fixed order, so it is race-free and deterministic.
 #include <ATen/Parallel.h>
 #include <ATen/OpMathType.h>
-#include <torch/library.h>
 
 #include "common/roi_rows.h"
 #include "roi_pool/roi_pool.h"
-#include "roi_pool/roi_pool_geometry.h"
+#include "roi_pool/roi_pool_math.h"
 
 namespace redet {
-namespace {
 
-std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cpu(const at::Tensor& input_, const at::Tensor& rois_,
-                                                        double spatial_scale, int64_t pooled_h,
-                                                        int64_t pooled_w) {
+RoIPoolResult roi_pool_forward_cpu(const at::Tensor& input_, const at::Tensor& rois_,
+                                   double spatial_scale, int64_t pooled_h, int64_t pooled_w) {
   check_roi_pool_forward(input_, rois_, pooled_h, pooled_w, spatial_scale);
   check_roi_values_cpu(rois_, input_.size(0), "roi_pool");
   const auto input = input_.contiguous();
@@ -88,13 +85,6 @@ at::Tensor roi_pool_backward_cpu(const at::Tensor& grad_, const at::Tensor& rois
     });
   });
   return grad_input.to(grad.scalar_type());
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(redet, CPU, m) {
-  m.impl("roi_pool", &roi_pool_forward_cpu);
-  m.impl("_roi_pool_backward", &roi_pool_backward_cpu);
 }
 
 }  // namespace redet

@@ -12,7 +12,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
-#include "roi_pool/roi_pool_geometry.h"
+#include "roi_pool/roi_pool_math.h"
 
 namespace redet {
 
@@ -56,7 +56,7 @@ __device__ __forceinline__ int64_t wide_product(int a, int b) {
   return product;
 }
 
-// The pair form of bin_max_strided (roi_pool_geometry.h), for the 2 channels in the word
+// The pair form of bin_max_strided (roi_pool_math.h), for the 2 channels in the word
 // at byte i * pixel_bytes from lane_base, pixel i = h * width + w (pixel_bytes = C * element size).
 // Same scan order (row-major, batches of 8 loads in flight, padding past the last pixel -inf,
 // which never wins), same rule per channel (start at -FLT_MAX, strict >, so the first max wins and

@@ -1,4 +1,4 @@
-// RoIPool on CUDA.
+// RoIPool's forward on CUDA (the backward: backward.cu).
 //
 // Forward: a channels-last gather. Max pooling reads every pixel of a bin once per channel. On an
 // (N, C, H, W) map the lanes of a warp read pixels of different bins or planes (scattered
@@ -17,7 +17,7 @@
 //     odd C (a pair's offset would alternate between even and odd pixel by pixel), a misaligned
 //     data pointer (a channels-last view with an odd storage offset).
 // A bin's rectangle depends only on (k, ph, pw), so it is the same for all lanes: no divergence,
-// and the scan order and tie rule are those of the CPU kernel (roi_pool_geometry.h), so
+// and the scan order and tie rule are those of the CPU kernel (roi_pool_math.h), so
 // output and argmax are identical on both paths.
 // - A warp pools one bin row, not a whole RoI: a 64x64-pixel RoI would keep one warp busy for 4000+
 //   loads while small RoIs finish early; many smaller units keep every SM busy to the end.
@@ -31,14 +31,12 @@
 // Per pixel of a full batch of 8 (sm_90 SASS): the scalar path 17 instructions for one channel,
 // the vector path 15 for 2 16-bit channels, 13 for 2 fp32 ones (the address, scan step and padding
 // are shared; what is left per channel is the conversion, compare and 2 selects).
-// Why the vector path: with L = 1 everywhere, 16-bit types were slower than the kernel this
-// replaced (one thread per output bin on the NCHW map), as their lanes read only 64 bytes per
-// request and spend ~17 instructions per pixel on one channel (times: benchmarks/results/).
+// Why the vector path: with one channel a lane, a 16-bit warp request reads only 64 bytes and
+// each pixel costs ~17 instructions for one channel.
 // Bad rows: the RoI check (common/cuda/roi_checks.cuh) is enqueued before the kernel and read
 // after it, or skipped in a CUDA graph; the kernel pools a row that breaks the rules of
 // common/roi_rows.h as empty bins (0, argmax -1) and the backward skips it.
 #include <ATen/OpMathType.h>
-#include <torch/library.h>
 
 #include <cstdint>
 #include <limits>
@@ -51,7 +49,7 @@
 #include "common/roi_rows.h"
 #include "roi_pool/cuda/lane_pair.cuh"
 #include "roi_pool/roi_pool.h"
-#include "roi_pool/roi_pool_geometry.h"
+#include "roi_pool/roi_pool_math.h"
 
 namespace redet {
 namespace {
@@ -195,81 +193,10 @@ inline int lane_channels_for(const at::Tensor& channels_last_input) {
   return pair_type && channels_last_input.size(1) % 2 == 0 && address % pair_bytes == 0 ? 2 : 1;
 }
 
-// The backward scatters each output gradient onto its argmax pixel; `Add` says how it is summed.
-// Fast path: atomics straight into grad_input, in its own type, as torchvision adds. A float32
-// buffer and a conversion pass made the 16-bit backward slower than the float32 one, and so did
-// lone 16-bit atomics; a 16-bit value is therefore added as one lane of a 32-bit f16x2/bf16x2
-// atomic (native on sm_90) whose other lane adds +0. Exact sums: the deterministic path below.
-template <typename pair_t, typename half_t>
-__device__ void add_as_pair_lane(half_t* base, int64_t i, int64_t numel, half_t value,
-                                 half_t zero) {
-  half_t* target = base + i;
-  const bool low_lane = reinterpret_cast<std::uintptr_t>(target) % sizeof(pair_t) == 0;
-  if (low_lane && i + 1 < numel) {
-    atomicAdd(reinterpret_cast<pair_t*>(target), pair_t{value, zero});
-  } else if (!low_lane && i > 0) {
-    atomicAdd(reinterpret_cast<pair_t*>(target - 1), pair_t{zero, value});
-  } else {  // the tensor's first or last element, with no partner inside it
-    atomicAdd(target, value);
-  }
-}
+}  // namespace
 
-template <typename scalar_t>
-struct AtomicAdd {
-  scalar_t* target;
-  int64_t numel;
-  __device__ void prepare() {}
-  __device__ void operator()(int64_t i, at::opmath_type<scalar_t> value) const {
-    if constexpr (std::is_same_v<scalar_t, c10::Half>) {
-      add_as_pair_lane<__half2>(reinterpret_cast<__half*>(target), i, numel,
-                                __float2half_rn(value), __float2half_rn(0.f));
-    } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
-      add_as_pair_lane<__nv_bfloat162>(reinterpret_cast<__nv_bfloat16*>(target), i, numel,
-                                       __float2bfloat16_rn(value), __float2bfloat16_rn(0.f));
-    } else {
-      atomicAdd(target + i, value);
-    }
-  }
-};
-
-// Deterministic path: 64-bit fixed point with integer atomics (order-independent sums).
-struct FixedPointAdd {
-  long long* target;
-  const double* bound;
-  double scale = 1.0;
-  __device__ void prepare() { scale = fixed_point_scale(*bound); }
-  __device__ void operator()(int64_t i, double value) const {
-    atomic_add_fixed_point(target + i, value, scale);
-  }
-};
-
-template <typename scalar_t, typename Add>
-__global__ void roi_pool_backward_kernel(const scalar_t* __restrict__ grad,
-                                         const scalar_t* __restrict__ rois,
-                                         const int* __restrict__ argmax, int64_t num_rois,
-                                         int64_t batch_size, int64_t channels, int64_t plane_size,
-                                         int64_t bins, Add add) {
-  add.prepare();
-  const int64_t total = channels * num_rois * bins;
-  REDET_CUDA_GRID_STRIDE(i, total) {
-    const int64_t bin = i % bins;
-    const int64_t k = (i / bins) % num_rois;
-    const int64_t c = i / (bins * num_rois);
-    const int64_t o = (k * channels + c) * bins + bin;
-    const int index = argmax[o];
-    // guards: argmax from the forward is in [-1, plane_size), its rois follow the rules of
-    // common/roi_rows.h (a raw call may pass anything: such entries pass no gradient)
-    int64_t n;
-    if (index < 0 || index >= plane_size) continue;
-    if (!roi_row_image(rois + k * 5, 5, batch_size, 0, 1, &n)) continue;
-    add((n * channels + c) * plane_size + index, static_cast<at::opmath_type<scalar_t>>(grad[o]));
-  }
-}
-
-std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input_,
-                                                         const at::Tensor& rois_,
-                                                         double spatial_scale, int64_t pooled_h,
-                                                         int64_t pooled_w) {
+RoIPoolResult roi_pool_forward_cuda(const at::Tensor& input_, const at::Tensor& rois_,
+                                    double spatial_scale, int64_t pooled_h, int64_t pooled_w) {
   check_roi_pool_forward(input_, rois_, pooled_h, pooled_w, spatial_scale);
   c10::cuda::CUDAGuard guard(input_.device());
   // enqueued before the kernel, read after it (which skips bad rows itself): the GPU never waits
@@ -316,55 +243,6 @@ std::tuple<at::Tensor, at::Tensor> roi_pool_forward_cuda(const at::Tensor& input
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   roi_check.raise_if_bad("roi_pool");  // waits for the check only; the kernel runs on
   return {output, argmax};
-}
-
-at::Tensor roi_pool_backward_cuda(const at::Tensor& grad_, const at::Tensor& rois_,
-                                  const at::Tensor& argmax_, int64_t batch_size, int64_t channels,
-                                  int64_t height, int64_t width) {
-  check_roi_pool_backward(grad_, rois_, argmax_, batch_size, channels, height, width);
-  c10::cuda::CUDAGuard guard(grad_.device());
-  const auto grad = grad_.contiguous();  // the peers read a non-contiguous grad wrongly
-  const auto rois = rois_.contiguous();
-  const auto argmax = argmax_.contiguous();
-  const int64_t num_rois = rois.size(0);
-  const int64_t bins = num_rois * channels == 0 ? 0 : grad.numel() / (num_rois * channels);
-  const int64_t total = grad.numel(), plane = height * width;
-  auto stream = c10::cuda::getCurrentCUDAStream();
-  if (at::globalContext().deterministicAlgorithms()) {
-    auto fixed = at::zeros({batch_size, channels, height, width}, grad.options().dtype(at::kLong));
-    auto bound = grad.abs().sum(at::kDouble);
-    auto grad_input = at::empty({batch_size, channels, height, width}, grad.options());
-    if (total > 0) {
-      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "roi_pool_backward_det", [&] {
-        const FixedPointAdd add{reinterpret_cast<long long*>(fixed.data_ptr<int64_t>()),
-                                bound.data_ptr<double>()};
-        roi_pool_backward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
-            grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), argmax.data_ptr<int>(), num_rois,
-            batch_size, channels, plane, bins, add);
-      });
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
-    fixed_point_to_tensor(fixed, bound, grad_input);
-    return grad_input;
-  }
-  auto grad_input = at::zeros({batch_size, channels, height, width}, grad.options());
-  if (total > 0) {
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "roi_pool_backward_cuda", [&] {
-      const AtomicAdd<scalar_t> add{grad_input.data_ptr<scalar_t>(), grad_input.numel()};
-      roi_pool_backward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
-          grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), argmax.data_ptr<int>(), num_rois,
-          batch_size, channels, plane, bins, add);
-    });
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  return grad_input;
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(redet, CUDA, m) {
-  m.impl("roi_pool", &roi_pool_forward_cuda);
-  m.impl("_roi_pool_backward", &roi_pool_backward_cuda);
 }
 
 }  // namespace redet

@@ -1,6 +1,6 @@
 // Backward of the depth-aware flow projection on CUDA: two launches without hole filling, three
 // with it, no atomics (deterministic), no memset; all arithmetic is the shared functions of
-// backward_terms.h and hole_fill_backward.h, called in the CPU kernel's order.
+// depth_flow_projection_backward_math.h, called in the CPU kernel's order.
 //   terms (no filling), pixel_terms_kernel: per pixel, one 16-byte record (ĝ/count, ĝ·out/count)
 //     from grad_output (read through its strides: no contiguous copy), output and count;
 //   terms (filling), run_summaries_kernel then filled_terms_kernel: a warp per 32 x 32 tile, in
@@ -11,16 +11,16 @@
 // Why records: a gather from an incoherent flow (neighbouring sources landing far apart) reads
 // one cache sector per reached pixel and plane, so five planes (grad x, y, out x, y, count) cost
 // five times the L2 transactions of one record; the records cost one coalesced pass.
-#pragma once
+#include <ATen/OpMathType.h>
 #include <stdint.h>
 
 #include <type_traits>
 
 #include "common/cuda_utils.cuh"
-#include "depth_flow_projection/flow_projection.h"
-#include "depth_flow_projection/backward_terms.h"
 #include "depth_flow_projection/cuda/hole_fill_kernels.cuh"
-#include "depth_flow_projection/hole_fill_backward.h"
+#include "depth_flow_projection/depth_flow_projection.h"
+#include "depth_flow_projection/depth_flow_projection_backward_math.h"
+#include "depth_flow_projection/depth_flow_projection_math.h"
 
 namespace redet {
 
@@ -92,7 +92,7 @@ __global__ void pixel_terms_kernel(GradView<scalar_t> grad, const scalar_t* __re
   }
 }
 
-// ---- terms with hole filling: 32 x 32 tiles (hole_fill_backward.h) ---------------------------
+// ---- terms with hole filling: 32 x 32 tiles (depth_flow_projection_backward_math.h) ----
 
 // Warps per block: each keeps a tile's cells in shared memory (34 KB per block either way).
 template <typename acc_t>
@@ -248,10 +248,9 @@ __global__ void filled_terms_kernel(GradView<scalar_t> grad, const scalar_t* __r
 
 // ---- gather -----------------------------------------------------------------------------------
 
-// A reached pixel's record, addressed by its 32-bit row and column at each load. With the four
-// 64-bit indices formed up front the gather took 78 registers instead of 64, so
-// fewer blocks fit on a multiprocessor; against DAIN it was 8-11% slower in all 9 benchmark cases
-// (two H200 runs of 2026-12-01 against one of this version, DAIN's times alike in all three).
+// A reached pixel's record, addressed by its 32-bit row and column at each load: with the four
+// 64-bit indices formed up front the gather needs 78 registers instead of 64, and fewer blocks fit
+// on a multiprocessor.
 template <typename acc_t>
 struct RecordedTerms {
   const GradientTerms<acc_t>* __restrict__ records;
@@ -368,6 +367,28 @@ void launch_flow_projection_backward(const GradView<scalar_t>& grad, const scala
       flow, depth, RecordedTerms<acc_t>{terms}, batch, height, width, static_cast<acc_t>(t),
       inverse_depth, grad_flow, grad_depth);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+FlowProjectionResult depth_flow_projection_backward_cuda(
+    const at::Tensor& grad_, const at::Tensor& flow_, const at::Tensor& depth_,
+    const at::Tensor& output_, const at::Tensor& count_, double t, bool inverse_depth,
+    bool fill_holes) {
+  check_depth_flow_projection_backward_args(grad_, flow_, depth_, output_, count_, t);
+  c10::cuda::CUDAGuard guard(flow_.device());
+  const auto io = prepare_flow_projection_backward(grad_, flow_, depth_, output_, count_);
+  if (io.flow.numel() == 0) return {io.grad_flow, io.grad_depth};
+  const auto workspace = allocate_flow_backward_workspace(io, fill_holes);
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, io.flow.scalar_type(), "depth_flow_projection_backward_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    launch_flow_projection_backward<scalar_t, acc_t>(
+        grad_view<scalar_t>(io.grad), io.flow.data_ptr<scalar_t>(), io.depth.data_ptr<scalar_t>(),
+        io.output.data_ptr<scalar_t>(), io.count.data_ptr<acc_t>(), io.batch, io.height,
+        io.width, t, inverse_depth, fill_holes, workspace.terms<acc_t>(),
+        workspace.summaries<acc_t>(), io.grad_flow.data_ptr<scalar_t>(),
+        io.grad_depth.data_ptr<scalar_t>(), stream);
+  });
+  return {io.grad_flow, io.grad_depth};
 }
 
 }  // namespace redet

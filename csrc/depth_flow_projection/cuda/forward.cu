@@ -1,4 +1,4 @@
-// Depth-aware flow projection on CUDA.
+// Depth-aware flow projection's forward on CUDA (the backward: backward.cu).
 // Forward, three launches without hole filling, four with it, and at most one host
 // synchronisation:
 // (0) one kernel zeroes the accumulators (sum_x, sum_y, count, -) and the hole masks and, when
@@ -10,7 +10,7 @@
 // (2) without hole filling one elementwise normalisation; with it two kernels
 //     (hole_fill_kernels.cuh, which says why): a tiled normalisation that also writes 1-bit
 //     non-hole masks by rows and by columns, then one that fills each hole from its nearest
-//     non-holes (flow_hole_fill.h's arithmetic), found in the masks;
+//     non-holes (depth_flow_projection_math.h's arithmetic), found in the masks;
 // (3) when checking depth, an event is recorded right after (0); once (2) is enqueued the host
 //     waits for that event only (the only sync, overlapping (1) and (2)) and runs the host check,
 //     which names the first bad value, only if the flag is set. The check is in the first kernel
@@ -18,26 +18,17 @@
 //     time from the wait's return to the caller's next CUDA call is longer than (2) alone, so a
 //     flag known only after (1) left the GPU idle. While a CUDA graph is captured nothing is
 //     checked and nothing waits (capturing_cuda_graph()).
-// Backward (backward_kernels.cuh): per-pixel records of grad_output / count (with hole filling,
-// after passing the holes' gradient back to the pixels they were filled from, in two tiled
-// passes), then a gather per source pixel of its reached pixels' records; no atomics, so it is
-// deterministic.
 #include <ATen/OpMathType.h>
-#include <torch/library.h>
 
 #include <optional>
 #include <type_traits>
 
 #include "common/cuda/host_flag.cuh"
 #include "common/cuda_utils.cuh"
-#include "depth_flow_projection/flow_hole_fill.h"
-#include "depth_flow_projection/flow_projection.h"
-#include "depth_flow_projection/cuda/backward_kernels.cuh"
 #include "depth_flow_projection/cuda/corner_sums.cuh"
 #include "depth_flow_projection/cuda/hole_fill_kernels.cuh"
 #include "depth_flow_projection/depth_flow_projection.h"
-#include "depth_flow_projection/flow_hole_fill.h"
-#include "depth_flow_projection/flow_projection.h"
+#include "depth_flow_projection/depth_flow_projection_math.h"
 
 namespace redet {
 namespace {
@@ -82,8 +73,8 @@ struct FixedPointAccumulator {
 
 // Blocks [0, zero_blocks) zero `units` 16-byte words of the workspace; the others (only when
 // checking) set *invalid_depth, once per block, if any of the n depth values is invalid.
-// Separate blocks rather than both jobs in every thread: one interleaved loop was slower, two
-// loops per thread level with this within the noise; this had the best end-to-end time.
+// Separate blocks rather than both jobs in every thread: an interleaved loop in every thread is
+// slower.
 template <typename scalar_t>
 __global__ void zero_and_check_kernel(uint4* __restrict__ workspace, int64_t units,
                                       int zero_blocks, const scalar_t* __restrict__ depth,
@@ -218,10 +209,6 @@ __global__ void normalize_kernel(Slots slots_arg, int64_t batch, int height, int
   }
 }
 
-// ---- hole filling: hole_fill_kernels.cuh (normalise and mark, row pass, column pass) ----
-
-// ---- backward: backward_kernels.cuh ----------------------------------------------------
-
 // ---- host ---------------------------------------------------------------------------------
 
 // Upper bounds of any pixel's count and |sum|, on the device: each source adds to a pixel at most
@@ -295,10 +282,12 @@ void launch_finalize(const Slots& slots, const FlowProjectionForward& io, bool f
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& flow_,
-                                                              const at::Tensor& depth_, double t,
-                                                              bool inverse_depth, bool fill_holes,
-                                                              bool check_depth) {
+}  // namespace
+
+FlowProjectionResult depth_flow_projection_forward_cuda(const at::Tensor& flow_,
+                                                        const at::Tensor& depth_, double t,
+                                                        bool inverse_depth, bool fill_holes,
+                                                        bool check_depth) {
   constexpr const char* op = "depth_flow_projection";
   check_depth_flow_projection_args(flow_, depth_, t, op);
   c10::cuda::CUDAGuard guard(flow_.device());
@@ -358,35 +347,6 @@ std::tuple<at::Tensor, at::Tensor> depth_flow_projection_cuda(const at::Tensor& 
     check_depth_values(depth, inverse_depth, op);  // names the first bad value
   }
   return {io.output, io.count};
-}
-
-std::tuple<at::Tensor, at::Tensor> depth_flow_projection_backward_cuda(
-    const at::Tensor& grad_, const at::Tensor& flow_, const at::Tensor& depth_,
-    const at::Tensor& output_, const at::Tensor& count_, double t, bool inverse_depth,
-    bool fill_holes) {
-  check_depth_flow_projection_backward_args(grad_, flow_, depth_, output_, count_, t);
-  c10::cuda::CUDAGuard guard(flow_.device());
-  const auto io = prepare_flow_projection_backward(grad_, flow_, depth_, output_, count_);
-  if (io.flow.numel() == 0) return {io.grad_flow, io.grad_depth};
-  const auto workspace = allocate_flow_backward_workspace(io, fill_holes);
-  auto stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, io.flow.scalar_type(), "depth_flow_projection_backward_cuda", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    launch_flow_projection_backward<scalar_t, acc_t>(
-        grad_view<scalar_t>(io.grad), io.flow.data_ptr<scalar_t>(), io.depth.data_ptr<scalar_t>(),
-        io.output.data_ptr<scalar_t>(), io.count.data_ptr<acc_t>(), io.batch, io.height,
-        io.width, t, inverse_depth, fill_holes, workspace.terms<acc_t>(),
-        workspace.summaries<acc_t>(), io.grad_flow.data_ptr<scalar_t>(),
-        io.grad_depth.data_ptr<scalar_t>(), stream);
-  });
-  return {io.grad_flow, io.grad_depth};
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(redet, CUDA, m) {
-  register_depth_flow_projection_kernels(m, &depth_flow_projection_cuda,
-                                         &depth_flow_projection_backward_cuda);
 }
 
 }  // namespace redet
