@@ -1,6 +1,6 @@
 """Small RoIPool runs for compute-sanitizer (memcheck, racecheck): every CUDA kernel (channels-last
 forward with its shared-memory tiles on both paths, backward, deterministic backward) on edge cases.
-Forward paths (csrc/roi_pool/cuda/roi_pool_cuda.cu): the vector path (2 channels a lane) for float,
+Forward paths (csrc/roi_pool/cuda/forward.cu): the vector path (2 channels a lane) for float,
 half and bfloat16 with an even C and an aligned data pointer; the scalar path for double, odd C and
 a channels-last view at an odd storage offset (misaligned pairs). Every case runs on NCHW input
 (the transpose kernel), channels-last input, and the misaligned channels-last view. Bad RoI rows

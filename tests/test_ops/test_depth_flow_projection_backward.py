@@ -1,5 +1,5 @@
 """The flow projection's backward across the 32 x 32 tiles of the hole filling's backward
-(csrc/depth_flow_projection/hole_fill_backward.h): runs of holes crossing tile boundaries in
+(csrc/depth_flow_projection/depth_flow_projection_backward_math.h): runs of holes crossing tile boundaries in
 both directions, over many tiles, partial tiles, single rows and columns, landings on the last
 row and column (counted twice); grad_output with any strides; float64 gradcheck; CUDA against
 the CPU, which makes the same calls in the same order."""
@@ -86,7 +86,7 @@ def test_gradcheck_float64_many_tiles_fast_mode(fill):
 
 
 # ---- CUDA ------------------------------------------------------------------------------------
-# Shapes for the CUDA kernels' boundaries (csrc/depth_flow_projection/cuda/backward_kernels.cuh):
+# Shapes for the CUDA kernels' boundaries (csrc/depth_flow_projection/cuda/backward.cu):
 # partial tiles, many tiles per row (walks over more than four summaries), many per column,
 # a row narrower than a warp's 128-pixel span of the terms kernel and one wider, one row, one
 # column, an odd number of rows for the gather's 2-row strips.
