@@ -121,7 +121,11 @@ def _process(main, argv, rank, world_size, port):
         os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                           LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR='127.0.0.1',
                           MASTER_PORT=str(port))
-    torch.cuda.is_available = lambda: False  # the CPU path, on a GPU machine too
+    # the CPU path, on a GPU machine too (whose pytest worker may have used CUDA before the fork,
+    # which a forked child cannot use again): mmengine decides its device once, at import
+    import mmengine.device.utils
+    torch.cuda.is_available = lambda: False
+    mmengine.device.utils.DEVICE = 'cpu'
     main(argv)
 
 
