@@ -308,6 +308,45 @@ def profile_detector(path, d):
                          rows), *after]
 
 
+def host_syncs(path, d):
+    graphs = 'as CUDA graphs' if d.get('cuda_graph_features') else 'eagerly'
+    paragraphs = [f"Host synchronisations (the host waiting for the GPU: a read-back such as "
+                  f"`.item()`, or a data-dependent shape such as `nonzero()`) in one training "
+                  f"step (`model.train_step`) and one test forward (`model.test_step`) of "
+                  f"`{d['config']}`, {'fp16 autocast' if d['amp'] else 'fp32'}, backbone and "
+                  f"neck run {graphs}, found by `torch.cuda.set_sync_debug_mode('warn')`. Each "
+                  f"row is the innermost frame of the project, mmdet, mmcv or mmengine that asked "
+                  f"for one; the JSON holds each site's stack."]
+    for key, title in (('train_step', 'training step'), ('test_step', 'test forward')):
+        step = d[key]
+        rows = [[str(site['count']), f"`{site['site']}`"] for site in step['sites'][:15]]
+        paragraphs.append(f"{title}: {step['syncs']} synchronisations at {len(step['sites'])} "
+                          f"call sites" + (' (the 15 most frequent):' if len(rows) > 14 else ':'))
+        if rows:
+            paragraphs.append(table(['count', 'call site'], rows))
+    return paragraphs
+
+
+def multi_gpu(path, d):
+    t = d['side_by_side']
+    speed, maps, memory = t['images_per_s'], t['mAP50'], t['peak_memory_mb']
+    rows = [['1 GPU, batch 2', num(speed['1gpu_batch2']), DASH, num(memory['1gpu_batch2'])],
+            ['1 GPU, batch 4', num(speed['1gpu_batch4']), num(maps['1gpu_batch4']), DASH],
+            ['2 GPUs, 2 x 2 (`tools/dist_train.sh`)', num(speed['2gpu_2x2']),
+             num(maps['2gpu_2x2']), num(memory['2gpu_2x2_rank0'])]]
+    names = dict(scaling_at_least_1_9x='scaling >= 1.9x',
+                 same_map_within_0_01='the same mAP within 0.01',
+                 dist_test_gives_1gpu_detections="dist_test.sh gives the 1-GPU detections")
+    goals = ', '.join(f"{names.get(name, name)}: "
+                      f"{'met' if met else 'missed' if met is False else DASH}"
+                      for name, met in d['goals'].items())
+    return [f"{d['what']}. Scaling, 2 GPUs over 1 at batch 2 each: "
+            f"{num(t['scaling_2gpu_over_1gpu'])}×; mAP@0.5 difference at the same total batch: "
+            f"{num(t['mAP50_2gpu_minus_1gpu'])}.",
+            table(['run', 'images / s', 'mAP@0.5', 'peak memory (MB)'], rows),
+            f"Goals: {goals}."]
+
+
 # (title, file stem, benchmark script, renderer)
 SECTIONS = [
     ('RiRoIAlignRotated', 'riroi_align_rotated', 'benchmarks/ops/bench_riroi_align_rotated.py',
@@ -325,6 +364,10 @@ SECTIONS = [
      'benchmarks/detector/bench_detector_vs_mmrotate.py', detector_vs_mmrotate),
     ("Where the detector's step goes", 'profile_detector',
      'benchmarks/profiling/profile_detector.py', profile_detector),
+    ("Where the detector's step waits for the host", 'host_syncs',
+     'benchmarks/profiling/list_host_syncs.py', host_syncs),
+    ('Training on several GPUs', 'multi_gpu', 'benchmarks/detector/bench_multi_gpu.py',
+     multi_gpu),
 ]
 
 

@@ -99,7 +99,9 @@ def main(argv=None):
         for batch in test_batches[:-1]:
             model.test_step(batch)
         test = record_syncs(lambda: model.test_step(test_batches[-1]))
-    result = dict(config=osp.relpath(args.config, REPO), amp=args.amp,
+    environment = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                       cuda=torch.version.cuda)
+    result = dict(environment=environment, config=osp.relpath(args.config, REPO), amp=args.amp,
                   cuda_graph_features=bool(cfg.model.get('cuda_graph_features', False))
                   and not args.eager,
                   train_step=dict(syncs=sum(s['count'] for s in train), sites=train),
