@@ -65,15 +65,21 @@ GOALS = dict(train_speedup=2.5, test_speedup=3.0, amp_speedup=1.4, amp_map_drop=
              dist2_scaling=1.85)
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_run_and_data_args(p, work_root):
+    """The arguments every detector benchmark takes: where results, logs and runs go, and the
+    synthetic data (made when missing)."""
     p.add_argument('--out', required=True, help='JSON file for the results')
     p.add_argument('--log-dir', help='logs and derived configs (default: next to --out)')
-    p.add_argument('--work-root', default=osp.join(REPO, 'work_dirs', 'detector_vs_mmrotate'))
+    p.add_argument('--work-root', default=osp.join(REPO, 'work_dirs', work_root))
     p.add_argument('--data-root', default=osp.join(REPO, 'data', 'synthetic_dota_1024'))
     p.add_argument('--num-train', type=int, default=100, help='images made when data is missing')
     p.add_argument('--num-val', type=int, default=50, help='test images made when data is missing')
     p.add_argument('--image-size', type=int, default=1024, help='of the images made')
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_and_data_args(p, 'detector_vs_mmrotate')
     p.add_argument('--resize', type=int, help='Resize scale in every pipeline (default: the '
                    "configs' 1024; smaller only for a quick check on the CPU)")
     p.add_argument('--iters', type=int, default=100, help='training iterations per run')

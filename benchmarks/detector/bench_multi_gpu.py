@@ -30,9 +30,9 @@ import sys
 import time
 
 # shared with the mmrotate comparison: processes, logs, summaries, environment
-from benchmarks.detector.bench_detector_vs_mmrotate import (environment, memory_hook_text,
-                                                            resized_pipelines, run_logged, tail,
-                                                            test_summary, train_summary)
+from benchmarks.detector.bench_detector_vs_mmrotate import (
+    add_run_and_data_args, environment, memory_hook_text, resized_pipelines, run_logged, tail,
+    test_summary, train_summary)
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIG = osp.join(REPO, 'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py')
@@ -45,13 +45,7 @@ GOALS = dict(scaling=1.9, map_difference=0.01)
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--out', required=True, help='JSON file for the results')
-    p.add_argument('--log-dir', help='logs and the derived config (default: next to --out)')
-    p.add_argument('--work-root', default=osp.join(REPO, 'work_dirs', 'multi_gpu'))
-    p.add_argument('--data-root', default=osp.join(REPO, 'data', 'synthetic_dota_1024'))
-    p.add_argument('--num-train', type=int, default=100, help='images made when data is missing')
-    p.add_argument('--num-val', type=int, default=50, help='test images made when data is missing')
-    p.add_argument('--image-size', type=int, default=1024, help='of the images made')
+    add_run_and_data_args(p, 'multi_gpu')
     p.add_argument('--resize', type=int, help="Resize scale of the pipelines (default: the "
                    "config's 1024)")
     p.add_argument('--epochs', type=int, default=8, help='epochs of dist2 and map_1gpu')
