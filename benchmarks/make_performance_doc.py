@@ -347,6 +347,16 @@ def multi_gpu(path, d):
             f"Goals: {goals}."]
 
 
+def data_loading(path, d):
+    rows = [[str(r['workers']), num(r['batches_per_s']), num(r['ms_per_batch'])] for r in d['runs']]
+    return [f"The training data loader of `{d['config']}` (batch {d['batch_size']}; the config "
+            f"starts {d['config_workers']} workers), batches per second by number of worker "
+            f"processes, over {d['batches']} batches once every worker has delivered its first. "
+            f"A training step must not take less than the loader's time per batch, or the GPU "
+            f"waits for data.",
+            table(['workers', 'batches / s', 'ms per batch'], rows)]
+
+
 # (title, file stem, benchmark script, renderer)
 SECTIONS = [
     ('RiRoIAlignRotated', 'riroi_align_rotated', 'benchmarks/ops/bench_riroi_align_rotated.py',
@@ -366,6 +376,8 @@ SECTIONS = [
      'benchmarks/profiling/profile_detector.py', profile_detector),
     ("Where the detector's step waits for the host", 'host_syncs',
      'benchmarks/profiling/list_host_syncs.py', host_syncs),
+    ('The training data loader', 'data_loading', 'benchmarks/detector/bench_data_loading.py',
+     data_loading),
     ('Training on several GPUs', 'multi_gpu', 'benchmarks/detector/bench_multi_gpu.py',
      multi_gpu),
 ]

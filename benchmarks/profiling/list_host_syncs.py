@@ -28,8 +28,8 @@ LIBRARIES = ('redet_plugin', 'mmdet', 'mmcv', 'mmengine', 'mmrotate', 'e2cnn')
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--out', required=True, help='JSON file')
-    p.add_argument('--config',
-                   default=osp.join(REPO, 'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py'))
+    p.add_argument('--config', default=osp.join(
+        REPO, 'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py'))
     p.add_argument('--data-root', default=osp.join(REPO, 'data', 'synthetic_dota_1024'))
     p.add_argument('--checkpoint', help='trained weights (else random)')
     p.add_argument('--resize', type=int, help="Resize scale (default: the config's)")
