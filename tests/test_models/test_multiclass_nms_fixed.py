@@ -9,6 +9,7 @@ from mmdet.models.layers import multiclass_nms
 
 from redet_plugin.models.layers import multiclass_nms_fixed
 from redet_plugin.models.roi_heads import rotated_bbox_head
+from tests._helpers import safe_iou_threshold
 
 ROTATED_NMS = dict(type='nms_rotated', iou_threshold=0.1)
 
@@ -180,15 +181,18 @@ def test_tiny_detector_head_outputs_give_mmdets_detections(monkeypatch):
 def test_cuda_no_host_synchronisation_and_same_detections():
     boxes, scores = head_outputs(2000, 15, seed=6)
     boxes, scores = boxes.cuda(), scores.cuda()
-    multiclass_nms_fixed(boxes, scores, 0.05, ROTATED_NMS, 2000, box_dim=5)  # warm-up
+    # a threshold no IoU is within 1e-5 of: GPU and CPU rounding cannot flip a decision
+    labels = torch.arange(15, device='cuda').repeat(2000)
+    nms_cfg = dict(type='nms_rotated',
+                   iou_threshold=safe_iou_threshold(boxes.view(-1, 5), labels, near=0.1))
+    multiclass_nms_fixed(boxes, scores, 0.05, nms_cfg, 2000, box_dim=5)  # warm-up
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode('error')
     try:
-        out = multiclass_nms_fixed(boxes, scores, 0.05, ROTATED_NMS, 2000, box_dim=5)
+        out = multiclass_nms_fixed(boxes, scores, 0.05, nms_cfg, 2000, box_dim=5)
     finally:
         torch.cuda.set_sync_debug_mode(0)
     count = int(out.valid.sum())
     assert out.valid[:count].all()
     ours = (out.bboxes[:count].cpu(), out.scores[:count].cpu(), out.labels[:count].cpu())
-    assert_same_detections(ours, mmdet_detections(boxes.cpu(), scores.cpu(), 0.05, ROTATED_NMS,
-                                                  2000))
+    assert_same_detections(ours, mmdet_detections(boxes.cpu(), scores.cpu(), 0.05, nms_cfg, 2000))

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from redet_plugin.ops import nms_keep_mask
-from tests._helpers import random_horizontal_boxes, random_rotated_boxes
+from tests._helpers import random_horizontal_boxes, random_rotated_boxes, safe_iou_threshold
 
 pytestmark = pytest.mark.cuda
 
@@ -34,7 +34,10 @@ def on_cuda(*tensors):
     return [t.cuda() if t is not None else None for t in tensors]
 
 
-def assert_cuda_equals_cpu(boxes, scores, iou_threshold, labels):
+def assert_cuda_equals_cpu(boxes, scores, near_threshold, labels):
+    """Equal keep masks at a threshold near `near_threshold` that no pair's IoU is within 1e-5 of
+    (tests/_helpers.py, safe_iou_threshold, says why)."""
+    iou_threshold = safe_iou_threshold(boxes.cuda(), labels, near_threshold)
     expected = nms_keep_mask(boxes, scores, iou_threshold, labels)
     got = nms_keep_mask(*on_cuda(boxes, scores), iou_threshold,
                         labels.cuda() if labels is not None else None)
@@ -48,8 +51,8 @@ def assert_cuda_equals_cpu(boxes, scores, iou_threshold, labels):
 @pytest.mark.parametrize("num_classes", [0, 1, 15])
 def test_cuda_matches_cpu(n, box_dim, num_classes):
     boxes, scores, labels = inputs(n, box_dim, num_classes, seed=n)
-    for iou_threshold in (0.1, 0.5):
-        assert_cuda_equals_cpu(boxes, scores, iou_threshold, labels)
+    for near_threshold in (0.1, 0.5):
+        assert_cuda_equals_cpu(boxes, scores, near_threshold, labels)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
@@ -111,24 +114,28 @@ def test_cuda_non_contiguous_inputs():
     boxes, scores, labels = inputs(300, 5, 3, seed=5)
     wide = torch.zeros(300, 8, device="cuda")
     wide[:, 1:6] = boxes.cuda()
-    got = nms_keep_mask(wide[:, 1:6], scores.cuda().repeat(2)[::2].contiguous()[:300], 0.4,
+    threshold = safe_iou_threshold(boxes, labels, 0.4)
+    got = nms_keep_mask(wide[:, 1:6], scores.cuda().repeat(2)[::2], threshold,
                         labels.cuda().view(-1, 1).expand(300, 2)[:, 1])
-    assert torch.equal(got.cpu(), nms_keep_mask(boxes, scores, 0.4, labels))
+    assert torch.equal(got.cpu(), nms_keep_mask(boxes, scores, threshold, labels))
 
 
 @pytest.mark.parametrize("box_dim", [5, 4])
 def test_cuda_no_host_synchronisation(box_dim):
     boxes, scores, labels = on_cuda(*inputs(3000, box_dim, 15, seed=6))
-    nms_keep_mask(boxes, scores, 0.5, labels)  # warm-up: first-call allocations, lazy init
+    with_labels = safe_iou_threshold(boxes, labels, 0.5)
+    without = safe_iou_threshold(boxes, None, 0.5)
+    nms_keep_mask(boxes, scores, with_labels, labels)  # warm-up: first-call allocations, init
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        keep = nms_keep_mask(boxes, scores, 0.5, labels)
-        no_labels = nms_keep_mask(boxes, scores, 0.5)
+        keep = nms_keep_mask(boxes, scores, with_labels, labels)
+        no_labels = nms_keep_mask(boxes, scores, without)
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    assert torch.equal(keep.cpu(), nms_keep_mask(boxes.cpu(), scores.cpu(), 0.5, labels.cpu()))
-    assert torch.equal(no_labels.cpu(), nms_keep_mask(boxes.cpu(), scores.cpu(), 0.5))
+    cpu = [boxes.cpu(), scores.cpu()]
+    assert torch.equal(keep.cpu(), nms_keep_mask(*cpu, with_labels, labels.cpu()))
+    assert torch.equal(no_labels.cpu(), nms_keep_mask(*cpu, without))
 
 
 def test_cuda_graph_capture_replays_with_new_inputs():

@@ -62,10 +62,7 @@ suppression_mask_kernel(const scalar_t* __restrict__ sorted_boxes,
   const int row_block = blockIdx.y, col_block = blockIdx.x;
   // Block-uniform exits (before any __syncthreads): words the scan never reads.
   if (col_block < row_block) return;
-  if (col_block >= group_end_block(sorted_labels, n, row_block, num_blocks) &&
-      col_block != row_block) {
-    return;
-  }
+  if (col_block >= group_end_block(sorted_labels, n, row_block, num_blocks)) return;
   const int row_start = row_block * kBlockBoxes, col_start = col_block * kBlockBoxes;
   const int row_size = min(n - row_start, kBlockBoxes), col_size = min(n - col_start, kBlockBoxes);
   __shared__ acc_t col_boxes[kBlockBoxes * kDim];
