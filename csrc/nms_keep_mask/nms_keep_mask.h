@@ -49,7 +49,8 @@ inline void check_nms_keep_mask(const at::Tensor& boxes, const at::Tensor& score
 // boxes are grouped by label, ascending, each group still in that order: boxes of different
 // labels never suppress each other, so the keep set is the same, and each box meets only its own
 // group (the kernels stop at the group's end). Device-agnostic, no host synchronisation.
-inline at::Tensor nms_visit_order(const at::Tensor& scores, const std::optional<at::Tensor>& labels) {
+inline at::Tensor nms_visit_order(const at::Tensor& scores,
+                                  const std::optional<at::Tensor>& labels) {
   auto order = std::get<1>(scores.sort(/*stable=*/true, /*dim=*/0, /*descending=*/true));
   if (labels.has_value()) {
     const auto by_label =

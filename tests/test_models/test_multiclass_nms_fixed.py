@@ -48,7 +48,7 @@ def fixed_detections(boxes, scores, score_thr, nms_cfg, max_num, box_dim=5):
 def assert_same_detections(ours, theirs):
     """Equal within float tolerance, in the same order (the scores here have no exact ties)."""
     (boxes, scores, labels), (their_boxes, their_scores, their_labels) = ours, theirs
-    assert boxes.shape == their_boxes.shape, f'{boxes.shape[0]} vs {their_boxes.shape[0]} detections'
+    assert boxes.shape == their_boxes.shape, f'{len(boxes)} vs {len(their_boxes)} detections'
     torch.testing.assert_close(scores, their_scores)
     assert torch.equal(labels, their_labels)
     torch.testing.assert_close(boxes, their_boxes)
@@ -62,9 +62,10 @@ def test_same_detections_as_mmdet_rotated(num_rois, num_classes, max_num):
     assert_same_detections(fixed_detections(*args), mmdet_detections(*args))
 
 
-@pytest.mark.parametrize('nms_cfg', [dict(type='nms_rotated', iou_threshold=0.5, class_agnostic=True),
-                                     dict(type='nms_rotated', iou_threshold=0.3, clockwise=False),
-                                     None])
+@pytest.mark.parametrize('nms_cfg', [
+    dict(type='nms_rotated', iou_threshold=0.5, class_agnostic=True),
+    dict(type='nms_rotated', iou_threshold=0.3, clockwise=False),
+    None])
 def test_same_detections_as_mmdet_with_other_nms_configs(nms_cfg):
     boxes, scores = head_outputs(80, 4, seed=1)
     args = (boxes, scores, 0.05, nms_cfg, 100)

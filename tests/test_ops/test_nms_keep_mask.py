@@ -108,7 +108,8 @@ def test_horizontal_iou_is_mmcvs_with_offset_0():
     assert keep.tolist() == [True, True]  # suppression needs IoU > threshold (strict)
     # touching boxes: mmcv's offset 0 gives IoU 0 (offset 1 would count the shared pixel line)
     c = torch.tensor([4.0, 0.0, 6.0, 1.0])
-    assert nms_keep_mask(torch.stack([a, c]), torch.tensor([1.0, 0.5]), 0.0).tolist() == [True, True]
+    keep = nms_keep_mask(torch.stack([a, c]), torch.tensor([1.0, 0.5]), 0.0)
+    assert keep.tolist() == [True, True]
 
 
 def test_degenerate_and_non_finite_boxes_have_iou_0():
@@ -175,7 +176,8 @@ def test_matches_greedy_reference_over_float64_iou(box_dim, with_labels):
 
 def test_ties_go_to_the_lower_index_and_duplicates_keep_one():
     box = [50.0, 50.0, 20.0, 10.0, 0.4]
-    boxes = torch.tensor([box, [200.0, 50.0, 20.0, 10.0, 0.0], box, box, [52.0, 50.0, 20.0, 10.0, 0.4]])
+    far, near = [200.0, 50.0, 20.0, 10.0, 0.0], [52.0, 50.0, 20.0, 10.0, 0.4]
+    boxes = torch.tensor([box, far, box, box, near])
     scores = torch.tensor([0.5, 0.5, 0.9, 0.9, 0.9])
     keep = nms_keep_mask(boxes, scores, 0.5)
     # 2, 3, 4 tie at 0.9: 2 comes first and suppresses its duplicate 3, its neighbour 4 and 0
@@ -206,7 +208,8 @@ def test_nan_scores_are_visited_first():
 
 def test_empty_and_single_box():
     for dim in (5, 4):
-        keep = nms_keep_mask(torch.zeros(0, dim), torch.zeros(0), 0.5, torch.zeros(0, dtype=torch.long))
+        keep = nms_keep_mask(torch.zeros(0, dim), torch.zeros(0), 0.5,
+                             torch.zeros(0, dtype=torch.long))
         assert keep.shape == (0,) and keep.dtype == torch.bool
         assert nms_keep_mask(torch.ones(1, dim), torch.ones(1), 0.5).tolist() == [True]
 
@@ -298,7 +301,8 @@ def test_bad_input_is_named(change, message):
     (dict(scores=[0.0] * 4), TypeError, "scores must be a tensor"),
     (dict(labels=[0] * 4), TypeError, "labels must be a tensor"),
     (dict(iou_threshold="0.5x"), TypeError, "iou_threshold must be a number"),
-    (dict(scores=torch.zeros(4, device="meta")), RuntimeError, "scores must be on the device of boxes"),
+    (dict(scores=torch.zeros(4, device="meta")), RuntimeError,
+     "scores must be on the device of boxes"),
     (dict(labels=torch.zeros(4, dtype=torch.long, device="meta")), RuntimeError,
      "labels must be on the device of boxes"),
 ])

@@ -19,7 +19,9 @@ void greedy_nms(const scalar_t* boxes, const int64_t* order, const int64_t* labe
   std::vector<acc_t> sorted(n * kDim);
   std::vector<int64_t> sorted_labels(n, 0);
   for (int64_t r = 0; r < n; ++r) {
-    for (int d = 0; d < kDim; ++d) sorted[r * kDim + d] = static_cast<acc_t>(boxes[order[r] * kDim + d]);
+    for (int d = 0; d < kDim; ++d) {
+      sorted[r * kDim + d] = static_cast<acc_t>(boxes[order[r] * kDim + d]);
+    }
     if (labels != nullptr) sorted_labels[r] = labels[order[r]];
   }
   const acc_t threshold = static_cast<acc_t>(iou_threshold);
@@ -50,13 +52,15 @@ at::Tensor nms_keep_mask_cpu(const at::Tensor& boxes_, const at::Tensor& scores,
   const auto order = nms_visit_order(scores, labels_).contiguous();
   const auto labels = labels_.has_value() ? labels_->contiguous() : at::Tensor();
   const int64_t* label_data = labels.defined() ? labels.data_ptr<int64_t>() : nullptr;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, boxes.scalar_type(), "nms_keep_mask_cpu", [&] {
+  const auto type = boxes.scalar_type();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, type, "nms_keep_mask_cpu", [&] {
     const auto run = [&](auto dim) {
       greedy_nms<decltype(dim)::value, scalar_t>(boxes.data_ptr<scalar_t>(),
                                                  order.data_ptr<int64_t>(), label_data, n,
                                                  iou_threshold, keep.data_ptr<bool>());
     };
-    boxes.size(1) == 5 ? run(std::integral_constant<int, 5>{}) : run(std::integral_constant<int, 4>{});
+    boxes.size(1) == 5 ? run(std::integral_constant<int, 5>{})
+                       : run(std::integral_constant<int, 4>{});
   });
   return keep;
 }

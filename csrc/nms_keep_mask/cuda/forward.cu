@@ -71,7 +71,8 @@ suppression_mask_kernel(const scalar_t* __restrict__ sorted_boxes,
   if (t < col_size) {
 #pragma unroll
     for (int d = 0; d < kDim; ++d) {
-      col_boxes[t * kDim + d] = static_cast<acc_t>(sorted_boxes[(col_start + t) * int64_t(kDim) + d]);
+      col_boxes[t * kDim + d] =
+          static_cast<acc_t>(sorted_boxes[(col_start + t) * int64_t(kDim) + d]);
     }
     col_labels[t] = sorted_labels != nullptr ? sorted_labels[col_start + t] : 0;
   }
@@ -160,7 +161,8 @@ at::Tensor nms_keep_mask_cuda(const at::Tensor& boxes_, const at::Tensor& scores
   auto mask = at::empty({n64, num_blocks}, boxes_.options().dtype(at::kLong));
   Word* mask_data = reinterpret_cast<Word*>(mask.data_ptr<int64_t>());
   auto stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, boxes_.scalar_type(), "nms_keep_mask_cuda", [&] {
+  const auto type = boxes_.scalar_type();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, type, "nms_keep_mask_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const dim3 grid(num_blocks, num_blocks);
     const auto launch = [&](auto dim) {
