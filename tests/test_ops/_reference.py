@@ -212,3 +212,55 @@ def depth_flow_projection_reference(flow, depth, t, fill_holes, inverse_depth=Fa
         projected = _RoundTo.apply(projected, flow.dtype)
     output, found = _fill_holes_reference(projected, holes)
     return output.to(flow.dtype), torch.where(holes, -found, count).detach()
+
+
+# ----------------------------------------------------------------------------------------------
+# Greedy NMS (nms_keep_mask): IoU in float64 (shapely for rotated boxes), plain greedy loop
+# ----------------------------------------------------------------------------------------------
+def rotated_box_polygon(box):
+    """A shapely polygon of (cx, cy, w, h, theta), theta turning the w side from +x to +y."""
+    from shapely.geometry import Polygon
+    cx, cy, w, h, theta = (float(v) for v in box)
+    c, s = math.cos(theta), math.sin(theta)
+    corners = [(cx + dx * c - dy * s, cy + dx * s + dy * c)
+               for dx, dy in ((-w / 2, -h / 2), (w / 2, -h / 2), (w / 2, h / 2), (-w / 2, h / 2))]
+    return Polygon(corners)
+
+
+def rotated_iou_reference(a, b) -> float:
+    """IoU in float64 by shapely; 0 for a box of area < 1e-14, as the op."""
+    if float(a[2]) * float(a[3]) < 1e-14 or float(b[2]) * float(b[3]) < 1e-14:
+        return 0.0
+    pa, pb = rotated_box_polygon(a), rotated_box_polygon(b)
+    inter = pa.intersection(pb).area
+    return inter / (pa.area + pb.area - inter)
+
+
+def horizontal_iou_reference(a, b) -> float:
+    """mmcv's nms IoU (offset 0) in float64."""
+    a, b = [float(v) for v in a], [float(v) for v in b]
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = w * h
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union
+
+
+def greedy_nms_reference(boxes, scores, iou_threshold, labels=None):
+    """keep (N,) bool: visit by score (highest first, equal scores by index); a kept box suppresses
+    the later boxes of its label with IoU > iou_threshold."""
+    iou = rotated_iou_reference if boxes.shape[1] == 5 else horizontal_iou_reference
+    n = boxes.shape[0]
+    order = sorted(range(n), key=lambda i: (-float(scores[i]), i))
+    label = [0] * n if labels is None else labels.tolist()
+    box = boxes.double().tolist()
+    keep = [False] * n
+    removed = [False] * n
+    for r, i in enumerate(order):
+        if removed[i]:
+            continue
+        keep[i] = True
+        for j in order[r + 1:]:
+            if not removed[j] and label[j] == label[i] and iou(box[i], box[j]) > iou_threshold:
+                removed[j] = True
+    return torch.tensor(keep, dtype=torch.bool)

@@ -4,13 +4,13 @@ Training needs nothing new from mmdet's BBoxHead: targets, losses and `regress_b
 `bbox_coder.encode_size` (5 with our rotated coders). What changes is the test-time output: the
 decoded boxes are (N, 5) rotated boxes (decoded with max_shape=img_shape, as mmdet's head does: the
 rotated-prior coder then clamps centres into the image, as mmrotate's does), rescaled as such,
-and suppressed with the NMS named in `rcnn_test_cfg.nms` (`nms_rotated`).
+and suppressed class by class with `rcnn_test_cfg.nms` (`nms_rotated`) by multiclass_nms_fixed:
+mmdet's multiclass_nms in fixed-size tensors, with no host synchronisation.
 """
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from mmdet.models.layers import multiclass_nms
 from mmdet.models.roi_heads.bbox_heads import Shared2FCBBoxHead
 from mmdet.registry import MODELS
 from mmdet.structures.bbox import get_box_tensor
@@ -21,6 +21,7 @@ from torch import Tensor
 from redet_plugin.utils.registration import register
 
 from ...structures import rescale_rboxes
+from ..layers import multiclass_nms_fixed
 
 
 def empty_rotated_results(device, num_classes: int, with_nms: bool = True) -> InstanceData:
@@ -61,7 +62,11 @@ class RotatedShared2FCBBoxHead(Shared2FCBBoxHead):
         if rcnn_test_cfg is None:  # raw per-class output, e.g. for test-time augmentation
             results.bboxes, results.scores = boxes, scores
             return results
-        dets, labels = multiclass_nms(boxes, scores, rcnn_test_cfg.score_thr, rcnn_test_cfg.nms,
-                                      rcnn_test_cfg.max_per_img, box_dim=5)
-        results.bboxes, results.scores, results.labels = dets[:, :-1], dets[:, -1], labels
+        dets = multiclass_nms_fixed(boxes, scores, rcnn_test_cfg.score_thr, rcnn_test_cfg.nms,
+                                    rcnn_test_cfg.max_per_img, box_dim=5)
+        # The one data-dependent shape of the test path, and so where a captured test step ends:
+        # the valid rows (all before the padding, highest score first) become the results.
+        valid = dets.valid
+        results.bboxes, results.scores, results.labels = (
+            dets.bboxes[valid], dets.scores[valid], dets.labels[valid])
         return results
