@@ -303,6 +303,8 @@ def safe_iou_threshold(boxes, labels, near, margin=1e-5):
         (labels == c).nonzero().flatten() for c in labels.unique()]
     values = [torch.tensor([near - 0.05, near + 0.05])]
     for index in groups:
+        if index.numel() < 2:  # no pair (mmcv's CUDA IoU also fails on no boxes)
+            continue
         group = boxes[index].float()
         iou = pairwise_iou(group).triu(1).flatten().cpu()
         values.append(iou[(iou > near - 0.05) & (iou < near + 0.05)])

@@ -115,7 +115,7 @@ def test_cuda_non_contiguous_inputs():
     wide = torch.zeros(300, 8, device="cuda")
     wide[:, 1:6] = boxes.cuda()
     threshold = safe_iou_threshold(boxes, labels, 0.4)
-    got = nms_keep_mask(wide[:, 1:6], scores.cuda().repeat(2)[::2], threshold,
+    got = nms_keep_mask(wide[:, 1:6], torch.stack([scores, scores], 1).cuda()[:, 1], threshold,
                         labels.cuda().view(-1, 1).expand(300, 2)[:, 1])
     assert torch.equal(got.cpu(), nms_keep_mask(boxes, scores, threshold, labels))
 

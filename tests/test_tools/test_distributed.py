@@ -19,8 +19,8 @@ Testing: every image is detected once (5 images on 2 processes: the sampler pads
 repeat of image 0, which the gathering must drop), with the single process's detections, in the
 data set's order, and the same mAP.
 
-The processes are forked from this one (no second import of torch and the mm stack) and hide any
-GPU, so the test runs the CPU path on every machine.
+The processes are forked from this one (no second import of torch and the mm stack; spawned where
+this process has used CUDA) and hide any GPU, so the test runs the CPU path on every machine.
 """
 import json
 import multiprocessing
@@ -133,7 +133,11 @@ def run_tool(main, argv, world_size):
     """main(argv) in world_size processes started as torchrun starts them (--launcher pytorch),
     or in one plain process."""
     argv = argv + (['--launcher', 'pytorch'] if world_size > 1 else [])
-    context, port = multiprocessing.get_context('fork'), _free_port()
+    # Forked processes start at once (no second import of torch and the mm stack); a process
+    # that has used CUDA cannot fork (neither CUDA nor autograd's device threads survive a fork:
+    # a pytest worker on a GPU machine that ran CUDA tests before), so it spawns them.
+    method = 'spawn' if torch.cuda.is_initialized() else 'fork'
+    context, port = multiprocessing.get_context(method), _free_port()
     processes = [context.Process(target=_process, args=(main, argv, rank, world_size, port))
                  for rank in range(world_size)]
     for p in processes:

@@ -24,8 +24,11 @@ test_pipeline = [
     dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))
 ]
 
+# 4 workers load about 40 batches of two 1024² images a second on the 16-core GPU machine
+# (benchmarks/detector/bench_data_loading.py, docs/performance.md), ahead of a training step;
+# 2 load about 24, fewer than the step can take.
 train_dataloader = dict(
-    batch_size=2, num_workers=2, persistent_workers=True,
+    batch_size=2, num_workers=4, persistent_workers=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
     batch_sampler=None,
     dataset=dict(type=dataset_type, data_root=data_root, ann_file='train/labelTxt/',

@@ -87,12 +87,13 @@ def multiclass_nms_fixed(multi_bboxes: Tensor, multi_scores: Tensor, score_thr: 
         boxes_for_nms = bboxes
         if not clockwise:  # mmcv's nms_rotated flips the angle for counter-clockwise boxes
             boxes_for_nms = torch.cat([bboxes[:, :4], -bboxes[:, 4:]], dim=1)
-        nms_scores = torch.where(candidate, scores, scores.new_tensor(float('-inf')))
+        # masked_fill with a Python number: a scalar tensor would be copied from the host (a sync)
+        nms_scores = scores.masked_fill(~candidate, float('-inf'))
         keep = nms_keep_mask(boxes_for_nms, nms_scores, iou_threshold,
                              None if class_agnostic else labels)
         kept = keep & candidate
 
-    ranked = torch.where(kept, scores, scores.new_tensor(float('-inf')))
+    ranked = scores.masked_fill(~kept, float('-inf'))
     order = ranked.sort(descending=True, stable=True).indices
     num_out = max_num if max_num > 0 else order.numel()
     order = order[:num_out]

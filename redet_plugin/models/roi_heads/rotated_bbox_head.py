@@ -66,7 +66,8 @@ class RotatedShared2FCBBoxHead(Shared2FCBBoxHead):
                                     rcnn_test_cfg.max_per_img, box_dim=5)
         # The one data-dependent shape of the test path, and so where a captured test step ends:
         # the valid rows (all before the padding, highest score first) become the results.
-        valid = dets.valid
+        # The valid rows come first, so their count alone (one read-back) cuts all three.
+        count = int(dets.valid.sum())
         results.bboxes, results.scores, results.labels = (
-            dets.bboxes[valid], dets.scores[valid], dets.labels[valid])
+            dets.bboxes[:count], dets.scores[:count], dets.labels[:count])
         return results
