@@ -388,7 +388,10 @@ SECTIONS = [
 def summary(data):
     """One row per benchmark against a peer: the headline case, fp32, from the same JSON."""
     rows = []
-    devices = sorted({(d.get('environment') or d).get('device') for d in data.values()} - {None})
+    peers = ('riroi_align_rotated', 'roi_pool', 'depth_flow_projection', 'rotated_extractor',
+             'detector_vs_mmrotate')  # the rows below
+    devices = sorted({(data[k].get('environment') or data[k]).get('device') for k in peers
+                      if k in data} - {None})
     riroi = data.get('riroi_align_rotated')
     if riroi:
         r = next(r for r in riroi['results']
