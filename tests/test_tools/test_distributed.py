@@ -19,8 +19,8 @@ Testing: every image is detected once (5 images on 2 processes: the sampler pads
 repeat of image 0, which the gathering must drop), with the single process's detections, in the
 data set's order, and the same mAP.
 
-The processes are forked from this one (no second import of torch and the mm stack; spawned where
-this process has used CUDA) and hide any GPU, so the test runs the CPU path on every machine.
+The processes are spawned (a fork of this multi-threaded process can hang) and hide any GPU, so
+the test runs the CPU path on every machine.
 """
 import json
 import multiprocessing
@@ -44,10 +44,8 @@ SIZE = 96
 SYNTHETIC = dict(num_train=2, num_val=5, image_size=SIZE, seed=0)
 PROCESS_TIMEOUT_S = 240
 
-pytestmark = pytest.mark.skipif(
-    not (dist.is_available() and dist.is_gloo_available()
-         and 'fork' in multiprocessing.get_all_start_methods()),
-    reason='needs torch.distributed with gloo and fork-started processes')
+pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
+                                reason='needs torch.distributed with gloo')
 
 CONFIG = """
 _base_ = {tiny!r}
@@ -121,8 +119,7 @@ def _process(main, argv, rank, world_size, port):
         os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                           LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR='127.0.0.1',
                           MASTER_PORT=str(port))
-    # the CPU path, on a GPU machine too (whose pytest worker may have used CUDA before the fork,
-    # which a forked child cannot use again): mmengine decides its device once, at import
+    # the CPU path, on a GPU machine too: mmengine decides its device once, at import
     import mmengine.device.utils
     torch.cuda.is_available = lambda: False
     mmengine.device.utils.DEVICE = 'cpu'
@@ -133,11 +130,10 @@ def run_tool(main, argv, world_size):
     """main(argv) in world_size processes started as torchrun starts them (--launcher pytorch),
     or in one plain process."""
     argv = argv + (['--launcher', 'pytorch'] if world_size > 1 else [])
-    # Forked processes start at once (no second import of torch and the mm stack); a process
-    # that has used CUDA cannot fork (neither CUDA nor autograd's device threads survive a fork:
-    # a pytest worker on a GPU machine that ran CUDA tests before), so it spawns them.
-    method = 'spawn' if torch.cuda.is_initialized() else 'fork'
-    context, port = multiprocessing.get_context(method), _free_port()
+    # Spawned, not forked: a fork copies a pytest process that earlier tests have left with
+    # threads (torch's thread pools, autograd's device threads, CUDA), and a lock held by one of
+    # them at the fork hangs the child (seen in a whole-suite run on the CPU).
+    context, port = multiprocessing.get_context('spawn'), _free_port()
     processes = [context.Process(target=_process, args=(main, argv, rank, world_size, port))
                  for rank in range(world_size)]
     for p in processes:
