@@ -1,5 +1,7 @@
 """Registers the model components in mmdet's registries (one import per subpackage or module)."""
 from . import backbones  # noqa: F401
+from . import dense_heads  # noqa: F401
+from . import losses  # noqa: F401
 from . import necks  # noqa: F401
 from .equivariant import convert_to_plain, isolate_e2cnn_bases  # noqa: F401
 from . import op_modules  # noqa: F401

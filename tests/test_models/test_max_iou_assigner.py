@@ -212,3 +212,79 @@ def test_cuda_same_result_and_no_host_sync(gt_max_assign_all):
         cpu = ours.assign_wrt_overlaps(overlaps.cpu(), labels.cpu())
         assert torch.equal(result.gt_inds.cpu(), cpu.gt_inds)
         assert torch.equal(result.labels.cpu(), cpu.labels)
+
+
+@pytest.mark.parametrize('num_gts', [0, 1, 9])
+@pytest.mark.parametrize('match_low_quality', [True, False])
+def test_valid_priors_get_mmdets_assignment_of_the_members_alone(num_gts, match_low_quality):
+    """A fixed-size prior set: the members (valid) get exactly what mmdet gives the members
+    alone; the others are ignored and are no gt's best match."""
+    ours, theirs = assigner_pair(pos_iou_thr=0.5, neg_iou_thr=0.4, min_pos_iou=0.1,
+                                 match_low_quality=match_low_quality, ignore_iof_thr=0.5)
+    for seed in SEEDS:
+        g = torch.Generator().manual_seed(seed)
+        priors = grid_boxes(80, g)
+        valid = torch.rand(80, generator=g) < 0.6
+        gts = InstanceData(bboxes=grid_boxes(num_gts, g),
+                           labels=torch.randint(0, 5, (num_gts, ), generator=g))
+        ignore = InstanceData(bboxes=grid_boxes(2, g)) if seed % 2 else None
+        result = ours.assign(InstanceData(priors=priors, valid=valid), gts, ignore)
+        members = theirs.assign(InstanceData(priors=priors[valid]), gts, ignore)
+        assert torch.equal(result.gt_inds[valid], members.gt_inds)
+        assert torch.equal(result.labels[valid], members.labels)
+        assert torch.equal(result.max_overlaps[valid], members.max_overlaps)
+        assert (result.gt_inds[~valid] == -1).all() and (result.labels[~valid] == -1).all()
+
+
+def test_valid_members_change_the_low_quality_matches():
+    # the case the valid mask exists for: a gt whose best prior is not a member takes its best
+    # member instead (mmdet on the members); reading valid as a mere filter afterwards fails
+    priors = torch.tensor([[0., 0., 10., 10.], [0., 0., 10., 14.]])
+    gts = InstanceData(bboxes=torch.tensor([[0., 0., 10., 10.]]), labels=torch.tensor([3]))
+    ours, _ = assigner_pair(pos_iou_thr=0.9, neg_iou_thr=0.3, min_pos_iou=0.3)
+    result = ours.assign(InstanceData(priors=priors, valid=torch.tensor([False, True])), gts)
+    assert result.gt_inds.tolist() == [-1, 1]
+
+
+def test_bad_valid_mask_is_named():
+    ours, _ = assigner_pair()
+    gts = InstanceData(bboxes=grid_boxes(3, torch.Generator()), labels=torch.zeros(3).long())
+    priors = grid_boxes(5, torch.Generator())
+    with pytest.raises(TypeError, match=r'pred_instances.valid: expected a bool tensor of '
+                                        r'shape \(5,\)'):
+        ours.assign(InstanceData(priors=priors, valid=torch.ones(5)), gts)
+
+
+def test_assign_reads_no_value_back():
+    """Meta tensors hold no values: any read-back (.item(), a boolean index) raises."""
+    ours, theirs = assigner_pair(pos_iou_thr=0.5, neg_iou_thr=0.4, min_pos_iou=0.1,
+                                 ignore_iof_thr=0.5)
+    pred = InstanceData(priors=torch.empty(50, 4, device='meta'),
+                        valid=torch.empty(50, dtype=torch.bool, device='meta'))
+    gts = InstanceData(bboxes=torch.empty(7, 4, device='meta'),
+                       labels=torch.empty(7, dtype=torch.long, device='meta'))
+    ignore = InstanceData(bboxes=torch.empty(2, 4, device='meta'))
+    result = ours.assign(pred, gts, ignore)
+    assert result.gt_inds.device.type == 'meta' and result.gt_inds.shape == (50, )
+    with pytest.raises(Exception):  # mmdet's reads values back
+        theirs.assign(InstanceData(priors=pred.priors), gts, ignore)
+
+
+@pytest.mark.cuda
+def test_cuda_assign_with_ignore_and_valid_waits_for_nothing():
+    ours, theirs = assigner_pair(pos_iou_thr=0.5, neg_iou_thr=0.4, min_pos_iou=0.1,
+                                 ignore_iof_thr=0.5)
+    g = torch.Generator().manual_seed(3)
+    priors, valid = grid_boxes(200, g).cuda(), (torch.rand(200, generator=g) < 0.7).cuda()
+    gts = InstanceData(bboxes=grid_boxes(9, g).cuda(),
+                       labels=torch.randint(0, 5, (9, ), generator=g).cuda())
+    ignore = InstanceData(bboxes=grid_boxes(2, g).cuda())
+    ours.assign(InstanceData(priors=priors, valid=valid), gts, ignore)  # warm-up
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        result = ours.assign(InstanceData(priors=priors, valid=valid), gts, ignore)
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
+    members = theirs.assign(InstanceData(priors=priors[valid]), gts, ignore)
+    assert torch.equal(result.gt_inds[valid], members.gt_inds)

@@ -34,8 +34,10 @@ model = dict(
         in_channels=[256, 512, 1024, 2048],
         out_channels=256,
         num_outs=5),
+    # mmdet's RPNHead with fixed-size targets and proposals: no host waits
+    # (redet_plugin/models/dense_heads/rpn_head.py); its weights are RPNHead's
     rpn_head=dict(
-        type='RPNHead',
+        type='RedetRPNHead',
         in_channels=256,
         feat_channels=256,
         anchor_generator=dict(
@@ -44,11 +46,11 @@ model = dict(
             ratios=[0.5, 1.0, 2.0],
             strides=[4, 8, 16, 32, 64]),
         bbox_coder=dict(
-            type='DeltaXYWHBBoxCoder',
+            type='RedetDeltaXYWHBBoxCoder',
             target_means=[.0, .0, .0, .0],
             target_stds=[1.0, 1.0, 1.0, 1.0]),
         loss_cls=dict(type='CrossEntropyLoss', use_sigmoid=True, loss_weight=1.0),
-        loss_bbox=dict(type='SmoothL1Loss', beta=1.0 / 9.0, loss_weight=1.0)),
+        loss_bbox=dict(type='RedetSmoothL1Loss', beta=1.0 / 9.0, loss_weight=1.0)),
     roi_head=dict(
         type='RedetRoITransformerRoIHead',
         num_stages=2,

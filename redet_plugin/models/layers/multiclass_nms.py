@@ -37,25 +37,36 @@ class FixedSizeDetections(NamedTuple):
     valid: Tensor   # (M,) bool
 
 
-def _nms_arguments(nms_cfg: Optional[dict], box_dim: int):
+def nms_arguments(nms_cfg: Optional[dict], box_dim: int, where: str = 'nms_cfg'):
     """(iou_threshold, class_agnostic, clockwise) from mmdet's nms config; None: no NMS."""
     if nms_cfg is None:
         return None
     unknown = set(nms_cfg) - _NMS_KEYS
     if unknown:
-        raise ValueError(f'multiclass_nms_fixed: nms_cfg keys {sorted(unknown)} are not '
-                         f'supported (known: {sorted(_NMS_KEYS)})')
+        raise ValueError(f'{where}: keys {sorted(unknown)} are not supported '
+                         f'(known: {sorted(_NMS_KEYS)})')
     nms_type = nms_cfg.get('type', 'nms')
     if nms_type != _NMS_TYPES[box_dim]:
-        raise ValueError(f"multiclass_nms_fixed: nms_cfg type must be '{_NMS_TYPES[box_dim]}' "
-                         f'for boxes of {box_dim} values, got {nms_type!r}')
+        raise ValueError(f"{where}: type must be '{_NMS_TYPES[box_dim]}' for boxes of "
+                         f'{box_dim} values, got {nms_type!r}')
     if nms_cfg.get('offset', 0) != 0:
-        raise ValueError('multiclass_nms_fixed: only offset 0 (box width x2 - x1) is supported, '
+        raise ValueError(f'{where}: only offset 0 (box width x2 - x1) is supported, '
                          f"got offset={nms_cfg['offset']}")
     if 'iou_threshold' not in nms_cfg:
-        raise ValueError('multiclass_nms_fixed: nms_cfg needs iou_threshold')
+        raise ValueError(f'{where}: needs iou_threshold')
     return (float(nms_cfg['iou_threshold']), bool(nms_cfg.get('class_agnostic', False)),
             bool(nms_cfg.get('clockwise', True)))
+
+
+def kept_first(scores: Tensor, kept: Tensor, max_num: int):
+    """(order, valid) along the last dimension: the indices of the kept entries, highest score
+    first (stable: equal scores keep their order), then the others; at most max_num of them
+    (all when max_num <= 0). valid = kept[order]."""
+    ranked = scores.masked_fill(~kept, float('-inf'))
+    order = ranked.sort(dim=-1, descending=True, stable=True).indices
+    if max_num > 0:
+        order = order[..., :max_num]
+    return order, kept.gather(-1, order)
 
 
 def multiclass_nms_fixed(multi_bboxes: Tensor, multi_scores: Tensor, score_thr: float,
@@ -69,7 +80,7 @@ def multiclass_nms_fixed(multi_bboxes: Tensor, multi_scores: Tensor, score_thr: 
     """
     if box_dim not in _NMS_TYPES:
         raise ValueError(f'multiclass_nms_fixed: box_dim must be 5 or 4, got {box_dim}')
-    nms_arguments = _nms_arguments(nms_cfg, box_dim)
+    nms_args = nms_arguments(nms_cfg, box_dim, 'multiclass_nms_fixed: nms_cfg')
     num_rois, num_classes = multi_scores.size(0), multi_scores.size(1) - 1
     if multi_bboxes.shape[1] > box_dim:
         bboxes = multi_bboxes.view(num_rois, num_classes, box_dim)  # -1 fails for 0 RoIs
@@ -80,10 +91,10 @@ def multiclass_nms_fixed(multi_bboxes: Tensor, multi_scores: Tensor, score_thr: 
     labels = torch.arange(num_classes, device=scores.device).repeat(num_rois)
 
     candidate = scores > score_thr
-    if nms_arguments is None:  # mmdet's batched_nms with nms_cfg None: sort only
+    if nms_args is None:  # mmdet's batched_nms with nms_cfg None: sort only
         kept = candidate
     else:
-        iou_threshold, class_agnostic, clockwise = nms_arguments
+        iou_threshold, class_agnostic, clockwise = nms_args
         boxes_for_nms = bboxes
         if not clockwise:  # mmcv's nms_rotated flips the angle for counter-clockwise boxes
             boxes_for_nms = torch.cat([bboxes[:, :4], -bboxes[:, 4:]], dim=1)
@@ -93,11 +104,8 @@ def multiclass_nms_fixed(multi_bboxes: Tensor, multi_scores: Tensor, score_thr: 
                              None if class_agnostic else labels)
         kept = keep & candidate
 
-    ranked = scores.masked_fill(~kept, float('-inf'))
-    order = ranked.sort(descending=True, stable=True).indices
+    order, valid = kept_first(scores, kept, max_num)
     num_out = max_num if max_num > 0 else order.numel()
-    order = order[:num_out]
-    valid = kept[order]
     pad = num_out - order.numel()  # fewer candidates than max_num: padding rows
     if pad > 0:
         order = torch.cat([order, order.new_zeros(pad)])

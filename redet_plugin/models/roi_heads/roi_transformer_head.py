@@ -7,8 +7,12 @@ mmdet's CascadeRoIHead does the rest; what changes is how ground truth meets the
   (and adds those as proposals), but regresses towards the rotated gts themselves;
 - later stages match rotated priors against rotated gts (rotated IoU, set in the assigner).
 Boxes are plain tensors throughout (rotated: (cx, cy, w, h, theta), le90).
+
+Proposals may come as fixed-size sets (RedetRPNHead) with `valid` marking the real ones: in
+training the assigner ignores the others, at test their class scores become background, so they
+never reach the detections.
 """
-from typing import List, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from mmdet.models.roi_heads import CascadeRoIHead
@@ -94,9 +98,46 @@ class RoITransformerRoIHead(CascadeRoIHead):
         rois, cls_scores, bbox_preds = self._refine_roi(
             x=x, rois=rois, batch_img_metas=batch_img_metas,
             num_proposals_per_img=tuple(len(p) for p in proposals), **kwargs)
+        cls_scores = [_background_unless_valid(score, res.get('valid', None))
+                      for score, res in zip(cls_scores, rpn_results_list)]
         return self.bbox_head[-1].predict_by_feat(
             rois=rois, cls_scores=cls_scores, bbox_preds=bbox_preds,
             batch_img_metas=batch_img_metas, rescale=rescale, rcnn_test_cfg=rcnn_test_cfg)
+
+    def _refine_roi(self, x: Tuple[Tensor], rois: Tensor, batch_img_metas: List[dict],
+                    num_proposals_per_img: Sequence[int], **kwargs) -> tuple:
+        """mmdet's CascadeRoIHead._refine_roi (same results) without its host waits: mmdet
+        takes the image column with a list index, a copy from the host."""
+        counts = list(num_proposals_per_img)
+        stage_scores = []
+        for stage in range(self.num_stages):
+            bbox_results = self._bbox_forward(stage=stage, x=x, rois=rois, **kwargs)
+            cls_score, bbox_pred = bbox_results['cls_score'], bbox_results['bbox_pred']
+            stage_scores.append(cls_score)
+            if stage < self.num_stages - 1:
+                bbox_head = self.bbox_head[stage]
+                if bbox_head.custom_activation:
+                    cls_score = bbox_head.loss_cls.get_activation(cls_score)
+                labels = cls_score[:, :-1].argmax(dim=1)
+                refined = [
+                    get_box_tensor(bbox_head.regress_by_class(img_rois[:, 1:], img_labels,
+                                                              img_pred, meta))
+                    for img_rois, img_labels, img_pred, meta in zip(
+                        rois.split(counts), labels.split(counts), bbox_pred.split(counts),
+                        batch_img_metas)
+                    if img_rois.shape[0] > 0]
+                rois = torch.cat([rois[:, :1], torch.cat(refined)], dim=1)
+        cls_scores = sum(stage_scores) / float(len(stage_scores))
+        return rois.split(counts), cls_scores.split(counts), bbox_pred.split(counts)
+
+
+def _background_unless_valid(cls_score: Tensor, valid: Optional[Tensor]) -> Tensor:
+    """Logits whose softmax puts every padding RoI (valid False) wholly on the background (the
+    last class), so that its class scores are 0 and no detection comes from it."""
+    if valid is None:
+        return cls_score
+    foreground = torch.arange(cls_score.shape[1], device=cls_score.device) < cls_score.shape[1] - 1
+    return cls_score.masked_fill(~valid[:, None] & foreground, float('-inf'))
 
 
 def _rotated_tensor(boxes) -> Tensor:

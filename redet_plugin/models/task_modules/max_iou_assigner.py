@@ -1,15 +1,24 @@
-"""mmdet's MaxIoUAssigner without host synchronisations in assign_wrt_overlaps.
+"""mmdet's MaxIoUAssigner without host synchronisations, for fixed-size sets of priors.
 
 mmdet's low-quality matching loops over the gts in Python, and every iteration waits for the
 device twice (an `if` on a device scalar, then a boolean-mask write); steps 2, 3 and the label
 lookup write through boolean masks (nonzero, so another wait each). Here every step is a
 torch.where, an amax or a scatter_reduce over all gts at once, and the result equals mmdet's
 (gt_inds, max_overlaps, labels) element for element, ties included.
+
+Fixed-size prior sets (all anchors, padded proposals) mark their members with
+`pred_instances.valid`, an (N,) bool mask: a prior outside it is ignored (gt_inds -1) and is
+never any gt's best match, so the members get exactly the assignment mmdet gives the members
+alone. Ignored gts (ignore_iof_thr) are handled with a mask as well; the IoU calculator
+defaults to RedetBboxOverlaps2D, mmdet's without its host copy.
 """
+from typing import Optional
+
 import torch
 from mmdet.models.task_modules.assigners import AssignResult
 from mmdet.models.task_modules.assigners import MaxIoUAssigner as MMDetMaxIoUAssigner
 from mmdet.registry import TASK_UTILS
+from mmengine.structures import InstanceData
 from torch import Tensor
 
 from redet_plugin.utils.registration import register
@@ -19,6 +28,48 @@ from redet_plugin.utils.registration import register
 class MaxIoUAssigner(MMDetMaxIoUAssigner):
     """Drop-in for mmdet's MaxIoUAssigner (same arguments, same results); registered as
     'RedetMaxIoUAssigner'."""
+
+    def __init__(self, *args, iou_calculator: Optional[dict] = None, **kwargs):
+        if iou_calculator is None:
+            iou_calculator = dict(type='RedetBboxOverlaps2D')
+        super().__init__(*args, iou_calculator=iou_calculator, **kwargs)
+
+    def assign(self, pred_instances: InstanceData, gt_instances: InstanceData,
+               gt_instances_ignore: Optional[InstanceData] = None, **kwargs) -> AssignResult:
+        valid = pred_instances.get('valid', None)
+        if self.gpu_assign_thr > 0 or self.perm_repeat_gt_cfg is not None:
+            if valid is not None:
+                raise ValueError('pred_instances.valid: not supported with gpu_assign_thr or '
+                                 'perm_repeat_gt_cfg (those take mmdet\'s code path)')
+            return super().assign(pred_instances, gt_instances, gt_instances_ignore, **kwargs)
+        priors = pred_instances.priors
+        overlaps = self.iou_calculator(gt_instances.bboxes, priors)
+        ignored = self._ignored_priors(priors, gt_instances_ignore)
+        if ignored is not None:
+            overlaps = overlaps.masked_fill(ignored, -1)
+        if valid is not None:
+            _check_valid(valid, overlaps.size(1))
+            overlaps = overlaps.masked_fill(~valid, -1)
+        result = self.assign_wrt_overlaps(overlaps, gt_instances.labels)
+        if valid is not None:  # with no gts every prior is a negative, members or not
+            result.gt_inds = torch.where(valid, result.gt_inds, -1)
+            if result.labels is not None:
+                result.labels = torch.where(valid, result.labels, -1)
+        return result
+
+    def _ignored_priors(self, priors: Tensor, gt_instances_ignore: Optional[InstanceData]):
+        """mmdet's ignore rule as an (N,) mask: priors whose IoF with an ignored gt is above
+        ignore_iof_thr; None when nothing can be ignored."""
+        if self.ignore_iof_thr <= 0 or gt_instances_ignore is None or priors.numel() == 0:
+            return None
+        ignore_boxes = gt_instances_ignore.bboxes
+        if ignore_boxes.numel() == 0:
+            return None
+        if self.ignore_wrt_candidates:
+            ignore_max = self.iou_calculator(priors, ignore_boxes, mode='iof').max(dim=1)[0]
+        else:
+            ignore_max = self.iou_calculator(ignore_boxes, priors, mode='iof').max(dim=0)[0]
+        return ignore_max > self.ignore_iof_thr
 
     def assign_wrt_overlaps(self, overlaps: Tensor, gt_labels: Tensor) -> AssignResult:
         num_gts, num_bboxes = overlaps.size(0), overlaps.size(1)
@@ -86,3 +137,10 @@ def _check_labels(gt_labels, num_gts: int) -> None:
     if gt_labels.shape != (num_gts, ):
         raise ValueError(f'gt_labels: expected shape ({num_gts},) (one label per gt), got '
                          f'{tuple(gt_labels.shape)}')
+
+
+def _check_valid(valid, num_priors: int) -> None:
+    if not isinstance(valid, Tensor) or valid.dtype != torch.bool or valid.shape != (num_priors, ):
+        raise TypeError(f'pred_instances.valid: expected a bool tensor of shape ({num_priors},), '
+                        f'got {getattr(valid, "dtype", type(valid).__name__)} of shape '
+                        f'{tuple(getattr(valid, "shape", ()))}')

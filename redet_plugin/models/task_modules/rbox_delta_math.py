@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ...structures import norm_angle, regularize_rboxes
+from .delta_normalization import denormalize_deltas, normalize_deltas
 
 
 def check_coder_args(angle_version: str, target_means: Sequence[float],
@@ -49,7 +50,7 @@ def encode_rbox_deltas(priors: Tensor, targets: Tensor, means: Sequence[float],
     if norm_factor:
         dt = dt / (norm_factor * math.pi)
     deltas = torch.stack([dx, dy, torch.log(gw / pw), torch.log(gh / ph), dt], dim=-1)
-    return (deltas - deltas.new_tensor(means)) / deltas.new_tensor(stds)
+    return normalize_deltas(deltas, means, stds)
 
 
 def decode_rbox_deltas(priors: Tensor, deltas: Tensor, means: Sequence[float],
@@ -62,7 +63,7 @@ def decode_rbox_deltas(priors: Tensor, deltas: Tensor, means: Sequence[float],
     num = priors.shape[0]
     dtype = torch.promote_types(deltas.dtype, torch.float32)
     deltas = deltas.to(dtype).reshape(num, -1, 5)
-    deltas = deltas * deltas.new_tensor(stds) + deltas.new_tensor(means)
+    deltas = denormalize_deltas(deltas, means, stds)
     dx, dy, dw, dh, dt = deltas.unbind(-1)
     px, py, pw, ph, pt = (v[:, None] for v in priors.to(dtype).unbind(-1))
     max_log_ratio = abs(math.log(wh_ratio_clip))

@@ -1,0 +1,4 @@
+"""Dense heads (mmdet MODELS)."""
+from .rpn_head import RPNHead
+
+__all__ = ['RPNHead']
