@@ -55,3 +55,31 @@ def test_loss_rejects_horizontal_ground_truth(model):
     samples[0].gt_instances.bboxes = samples[0].gt_instances.bboxes[:, :4]
     with pytest.raises(ValueError, match=r'gt_instances.bboxes: expected rotated boxes \(N, 5\)'):
         model.loss(torch.randn(2, 3, 128, 128), samples)
+
+
+def test_padding_proposals_give_no_detection(model):
+    """Fixed-size proposals (RedetRPNHead: `valid` marks the real ones) give the detections of
+    the real proposals alone; the same rows read as real change them (the marks matter)."""
+    model.eval()
+    model.test_cfg.rcnn.score_thr = 0.0
+    samples = make_samples()
+    with torch.no_grad():
+        x = model.extract_feat(torch.randn(2, 3, 128, 128))
+        proposals = model.rpn_head.predict(x, samples, rescale=False)
+        for res in proposals:
+            res.valid = res.valid & (torch.arange(len(res)) % 3 > 0)  # more padding rows
+        cut = [res[res.valid] for res in proposals]
+        for res in cut:
+            del res.valid
+        unmarked = [res.clone() for res in proposals]
+        for res in unmarked:
+            del res.valid
+        fixed = model.roi_head.predict(x, proposals, samples)
+        expected = model.roi_head.predict(x, cut, samples)
+        wrong = model.roi_head.predict(x, unmarked, samples)
+    for ours, ref, bad in zip(fixed, expected, wrong):
+        assert ours.bboxes.shape == ref.bboxes.shape and len(ref) > 0
+        torch.testing.assert_close(ours.bboxes, ref.bboxes, rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(ours.scores, ref.scores, rtol=1e-5, atol=1e-6)
+        assert torch.equal(ours.labels, ref.labels)
+        assert len(bad) != len(ref)
