@@ -91,7 +91,7 @@ model = dict(
                     target_stds=[0.1, 0.1, 0.2, 0.2, 0.1]),
                 reg_class_agnostic=True,
                 loss_cls=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0),
-                loss_bbox=dict(type='SmoothL1Loss', beta=1.0, loss_weight=1.0)),
+                loss_bbox=dict(type='RedetSmoothL1Loss', beta=1.0, loss_weight=1.0)),
             dict(
                 type='RedetRotatedShared2FCBBoxHead',
                 in_channels=256,
@@ -108,7 +108,7 @@ model = dict(
                     target_stds=[0.05, 0.05, 0.1, 0.1, 0.05]),
                 reg_class_agnostic=False,
                 loss_cls=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0),
-                loss_bbox=dict(type='SmoothL1Loss', beta=1.0, loss_weight=1.0)),
+                loss_bbox=dict(type='RedetSmoothL1Loss', beta=1.0, loss_weight=1.0)),
         ]),
     train_cfg=dict(
         rpn=dict(

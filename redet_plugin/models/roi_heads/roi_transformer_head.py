@@ -16,7 +16,6 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 from mmdet.models.roi_heads import CascadeRoIHead
-from mmdet.models.task_modules.samplers import SamplingResult
 from mmdet.models.utils import unpack_gt_instances
 from mmdet.registry import MODELS
 from mmdet.structures import SampleList
@@ -27,6 +26,8 @@ from torch import Tensor
 from redet_plugin.utils.registration import register
 
 from ...structures import rbox2hbox
+from ..task_modules.fixed_size_sampler import check_random_sampler
+from .fixed_size_sampling import FixedSample, sample_fixed
 from .rotated_bbox_head import empty_rotated_results
 
 
@@ -40,51 +41,76 @@ def _with_boxes(instances: InstanceData, boxes: Tensor) -> InstanceData:
 class RoITransformerRoIHead(CascadeRoIHead):
     """CascadeRoIHead whose first stage turns horizontal RoIs into rotated ones."""
 
-    def _assign_and_sample(self, stage: int, results: InstanceData, gt: InstanceData,
-                           gt_ignore: InstanceData, feats: List[Tensor]) -> SamplingResult:
-        results.priors = get_box_tensor(results.pop('bboxes'))
-        horizontal_priors = results.priors.size(-1) == 4
-        if horizontal_priors:
-            match_gt = _with_boxes(gt, rbox2hbox(gt.bboxes))
-            if gt_ignore is not None and 'bboxes' in gt_ignore:
-                ignored = get_box_tensor(gt_ignore.bboxes)
-                if ignored.size(-1) == 5:
-                    gt_ignore = _with_boxes(gt_ignore, rbox2hbox(ignored))
-        else:
-            match_gt = gt
-        assign_result = self.bbox_assigner[stage].assign(results, match_gt, gt_ignore)
-        sampling = self.bbox_sampler[stage].sample(assign_result, results, match_gt, feats=feats)
-        if horizontal_priors:  # regress towards the rotated gts
-            sampling.pos_gt_bboxes = gt.bboxes[sampling.pos_assigned_gt_inds.long()]
-        return sampling
+    def init_assigner_sampler(self) -> None:
+        super().init_assigner_sampler()
+        for stage, sampler in enumerate(self.bbox_sampler):
+            check_random_sampler(sampler, f'train_cfg.rcnn[{stage}].sampler')
+
+    def _matching_gts(self, priors: Tensor, gt: InstanceData, gt_ignore: Optional[InstanceData]):
+        """The gts (and ignored gts) that priors are matched against: horizontal priors meet
+        the gts' enclosing horizontal boxes, rotated priors the rotated gts."""
+        if priors.size(-1) != 4:
+            return gt, gt_ignore
+        if gt_ignore is not None and 'bboxes' in gt_ignore:
+            ignored = get_box_tensor(gt_ignore.bboxes)
+            if ignored.size(-1) == 5:
+                gt_ignore = _with_boxes(gt_ignore, rbox2hbox(ignored))
+        return _with_boxes(gt, rbox2hbox(gt.bboxes)), gt_ignore
 
     def loss(self, x: Tuple[Tensor], rpn_results_list: List[InstanceData],
              batch_data_samples: SampleList) -> dict:
+        """mmdet's CascadeRoIHead.loss in fixed-size tensors (fixed_size_sampling): each image
+        gives each stage min(num, #candidates) rows; the losses are mmdet's for the same draw."""
         if len(rpn_results_list) != len(batch_data_samples):
             raise ValueError(f'rpn_results_list: expected one entry per image '
                              f'({len(batch_data_samples)}), got {len(rpn_results_list)}')
         batch_gt, batch_gt_ignore, batch_img_metas = unpack_gt_instances(batch_data_samples)
         batch_gt = [_with_boxes(gt, _rotated_tensor(gt.bboxes)) for gt in batch_gt]
-        losses, results_list = {}, rpn_results_list
+        priors = [(get_box_tensor(res.bboxes), res.get('valid', None)) for res in rpn_results_list]
+        losses = {}
         for stage in range(self.num_stages):
             self.current_stage = stage
-            sampling_results = [
-                self._assign_and_sample(stage, results_list[i], batch_gt[i], batch_gt_ignore[i],
-                                        [level[i][None] for level in x])
-                for i in range(len(batch_data_samples))]
-            bbox_results = self.bbox_loss(stage, x, sampling_results)
-            for name, value in bbox_results['loss_bbox'].items():
+            samples = [sample_fixed(self.bbox_assigner[stage], self.bbox_sampler[stage],
+                                    boxes, valid, *self._matching_gts(boxes, gt, gt_ignore))
+                       for (boxes, valid), gt, gt_ignore in zip(priors, batch_gt,
+                                                                batch_gt_ignore)]
+            rois = bbox2roi([sample.priors for sample in samples])
+            bbox_results = self._bbox_forward(stage, x, rois)
+            bbox_head = self.bbox_head[stage]
+            targets = bbox_head.fixed_size_targets(
+                samples, [gt.bboxes for gt in batch_gt], [gt.labels for gt in batch_gt],
+                self.train_cfg[stage])
+            stage_losses = bbox_head.fixed_size_loss(bbox_results['cls_score'],
+                                                     bbox_results['bbox_pred'], targets)
+            for name, value in stage_losses.items():
                 weight = self.stage_loss_weights[stage] if 'loss' in name else 1
                 losses[f's{stage}.{name}'] = value * weight
             if stage < self.num_stages - 1:
                 with torch.no_grad():
-                    results_list = self.bbox_head[stage].refine_bboxes(
-                        sampling_results, bbox_results, batch_img_metas)
-                if results_list is None:  # no RoIs at all
-                    break
-                for results in results_list:
-                    results.bboxes = get_box_tensor(results.bboxes)
+                    priors = self._refined_priors(stage, samples, rois, bbox_results,
+                                                  targets.labels, batch_img_metas)
         return losses
+
+    def _refined_priors(self, stage: int, samples: List[FixedSample], rois: Tensor,
+                        bbox_results: dict, labels: Tensor, batch_img_metas: List[dict]) -> list:
+        """mmdet's refine_bboxes for fixed-size samples: every row regressed (by its gt label,
+        else by its best class), and the next stage's priors are the drawn rows that are not
+        gts (`valid`), as mmdet keeps them."""
+        bbox_head = self.bbox_head[stage]
+        cls_score = bbox_results['cls_score']
+        if bbox_head.custom_activation:
+            cls_score = bbox_head.loss_cls.get_activation(cls_score)
+        labels = torch.where(labels == bbox_head.num_classes,
+                             cls_score[:, :bbox_head.num_classes].argmax(1), labels)
+        counts = [sample.priors.shape[0] for sample in samples]
+        refined = []
+        for sample, img_rois, img_labels, img_pred, meta in zip(
+                samples, rois.split(counts), labels.split(counts),
+                bbox_results['bbox_pred'].split(counts), batch_img_metas):
+            boxes = get_box_tensor(bbox_head.regress_by_class(img_rois[:, 1:], img_labels,
+                                                              img_pred, meta))
+            refined.append((boxes, (sample.pos | sample.neg) & ~sample.is_gt))
+        return refined
 
     def predict_bbox(self, x: Tuple[Tensor], batch_img_metas: List[dict],
                      rpn_results_list: List[InstanceData], rcnn_test_cfg, rescale: bool = False,

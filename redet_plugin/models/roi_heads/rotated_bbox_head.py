@@ -7,7 +7,7 @@ rotated-prior coder then clamps centres into the image, as mmrotate's does), res
 and suppressed class by class with `rcnn_test_cfg.nms` (`nms_rotated`) by multiclass_nms_fixed:
 mmdet's multiclass_nms in fixed-size tensors, with no host synchronisation.
 """
-from typing import Optional
+from typing import List, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,16 @@ from redet_plugin.utils.registration import register
 
 from ...structures import rescale_rboxes
 from ..layers import multiclass_nms_fixed
+from .fixed_size_sampling import FixedSample
+
+
+class FixedSizeTargets(NamedTuple):
+    """Per row of a batch of FixedSamples: mmdet's get_targets, plus which rows were drawn."""
+    labels: Tensor         # (R,) gt label of a positive, num_classes elsewhere
+    label_weights: Tensor  # (R,) 1 (or pos_weight) for a positive, 1 for a negative, else 0
+    bbox_targets: Tensor   # (R, 5) encoded gt of a positive, 0 elsewhere
+    bbox_weights: Tensor   # (R, 5) 1 for a positive, else 0
+    drawn: Tensor          # (R,) bool, a positive or a negative (not padding)
 
 
 def empty_rotated_results(device, num_classes: int, with_nms: bool = True) -> InstanceData:
@@ -38,10 +48,59 @@ class RotatedShared2FCBBoxHead(Shared2FCBBoxHead):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault('predict_box_type', 'redet_rbox')
+        # mmdet's default SmoothL1Loss asks the GPU whether any weight is positive first
+        kwargs.setdefault('loss_bbox', dict(type='RedetSmoothL1Loss', beta=1.0, loss_weight=1.0))
         super().__init__(*args, **kwargs)
         if self.bbox_coder.encode_size != 5:
             raise ValueError(f'bbox_coder: expected a rotated coder (encode_size 5), got '
                              f'{type(self.bbox_coder).__name__} with {self.bbox_coder.encode_size}')
+
+    def fixed_size_targets(self, samples: List[FixedSample], gt_boxes: List[Tensor],
+                           gt_labels: List[Tensor], rcnn_train_cfg) -> FixedSizeTargets:
+        """mmdet's get_targets (concatenated over images) for fixed-size samples; positives
+        regress towards gt_boxes[i][gt_index] (rotated gts)."""
+        if self.reg_decoded_bbox:
+            raise ValueError('reg_decoded_bbox: not supported by the fixed-size R-CNN targets')
+        pos_weight = rcnn_train_cfg['pos_weight']
+        parts = []
+        for sample, boxes, labels in zip(samples, gt_boxes, gt_labels):
+            pos = sample.pos
+            if boxes.shape[0] > 0:
+                encoded = self.bbox_coder.encode(sample.priors, boxes[sample.gt_index])
+                targets = torch.where(pos[:, None], encoded, 0.0)  # keeps unmatched NaN out
+                row_labels = torch.where(pos, labels[sample.gt_index], self.num_classes)
+            else:
+                targets = sample.priors.new_zeros(pos.shape[0], self.bbox_coder.encode_size)
+                row_labels = torch.full_like(sample.gt_index, self.num_classes)
+            weights = torch.where(pos, pos_weight if pos_weight > 0 else 1.0, sample.neg.float())
+            parts.append((row_labels, weights, targets, pos.float()[:, None].expand_as(targets),
+                          pos | sample.neg))
+        return FixedSizeTargets(*(torch.cat(part) for part in zip(*parts)))
+
+    def fixed_size_loss(self, cls_score: Tensor, bbox_pred: Tensor,
+                        targets: FixedSizeTargets) -> dict:
+        """mmdet's BBoxHead.loss on fixed-size targets (padding rows weigh nothing), with its
+        averages counted on the GPU: loss_cls over max(#weighted rows, 1), acc over the drawn
+        rows, loss_bbox over the drawn rows."""
+        labels, label_weights, bbox_targets, bbox_weights, drawn = targets
+        losses = {}
+        avg_factor = (label_weights > 0).sum().clamp(min=1).float()
+        loss_cls = self.loss_cls(cls_score, labels, label_weights, avg_factor=avg_factor)
+        if isinstance(loss_cls, dict):
+            losses.update(loss_cls)
+        else:
+            losses['loss_cls'] = loss_cls
+        correct = (cls_score.argmax(dim=1) == labels) & drawn
+        losses['acc'] = correct.sum(0, keepdim=True) * 100.0 / drawn.sum().clamp(min=1)
+        num_rows = bbox_pred.size(0)
+        if self.reg_class_agnostic:
+            pred = bbox_pred.view(num_rows, -1)
+        else:
+            index = labels.clamp(max=self.num_classes - 1)[:, None, None].expand(-1, 1, 5)
+            pred = bbox_pred.view(num_rows, self.num_classes, -1).gather(1, index)[:, 0]
+        losses['loss_bbox'] = self.loss_bbox(pred, bbox_targets, bbox_weights,
+                                             avg_factor=drawn.sum())
+        return losses
 
     def _predict_by_feat_single(self, roi: Tensor, cls_score: Tensor, bbox_pred: Optional[Tensor],
                                 img_meta: dict, rescale: bool = False,
