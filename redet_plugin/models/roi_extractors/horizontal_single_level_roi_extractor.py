@@ -1,17 +1,27 @@
-"""HorizontalSingleRoIExtractor: mmdet's SingleRoIExtractor, but `roi_layer.type` is looked up
-in mmdet's MODELS first (then mmcv.ops), so dict(type='RedetRoIPool', output_size=7) builds our
-RoIPool (CPU and CUDA, torchvision semantics) while dict(type='RoIAlign', ...) still builds mmcv's.
-Everything else (level mapping, roi_scale_factor, the per-level loop) is mmdet's.
-"""
-from typing import List
+"""HorizontalSingleRoIExtractor: mmdet's SingleRoIExtractor without host synchronisations.
 
-from mmdet.registry import MODELS
+`roi_layer.type` is looked up in mmdet's MODELS first (then mmcv.ops), so
+dict(type='RedetRoIPool', output_size=7) builds our RoIPool (CPU and CUDA, torchvision
+semantics) while dict(type='RoIAlign', ...) still builds mmcv's.
+
+mmdet pools each level's RoIs by listing them (nonzero: a wait for the GPU) and scattering the
+results back. Here every level's layer sees all RoIs, with those of other levels parked as an
+empty box far outside the image (no bin of it covers a pixel, so RoIPool and RoIAlign skip it
+at almost no cost), and each RoI takes the result of its own level. The result is mmdet's, RoI
+for RoI; every level is in the graph, so DDP needs no zero-weighted term for an unused level.
+"""
+from typing import List, Optional, Tuple
+
+import torch
 from mmdet.models.roi_heads.roi_extractors import SingleRoIExtractor
-from torch import nn
+from mmdet.registry import MODELS
+from torch import Tensor, nn
 
 from redet_plugin.utils.registration import register
 
 from .roi_layer_builder import build_roi_layers
+
+_PARKED = -1.0e4  # image coordinates of the empty box that stands in for another level's RoI
 
 
 @register(MODELS)
@@ -20,3 +30,22 @@ class HorizontalSingleRoIExtractor(SingleRoIExtractor):
 
     def build_roi_layers(self, layer_cfg: dict, featmap_strides: List[int]) -> nn.ModuleList:
         return build_roi_layers(layer_cfg, featmap_strides)
+
+    def forward(self, feats: Tuple[Tensor], rois: Tensor,
+                roi_scale_factor: Optional[float] = None) -> Tensor:
+        rois = rois.type_as(feats[0])
+        num_levels = len(feats)
+        if num_levels == 1:
+            return self.roi_layers[0](feats[0], rois)
+        levels = self.map_roi_levels(rois, num_levels)
+        if roi_scale_factor is not None:
+            rois = self.roi_rescale(rois, roi_scale_factor)
+        parked = torch.cat([rois[:, :1], torch.full_like(rois[:, 1:], _PARKED)], dim=1)
+        pooled = None
+        for level in range(num_levels):
+            member = levels == level
+            level_rois = torch.where(member[:, None], rois, parked)
+            level_pooled = self.roi_layers[level](feats[level], level_rois)
+            pooled = level_pooled if pooled is None else torch.where(
+                member[:, None, None, None], level_pooled, pooled)
+        return pooled
