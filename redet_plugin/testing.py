@@ -2,8 +2,13 @@
 the benchmarks. Needs torch only (no mm import), like redet_plugin.ops.
 - channels_last_at_offset: a channels-last view whose data starts at a chosen storage offset;
 - capture: a function captured as a CUDA graph on static inputs;
+- record_host_syncs: every place a function makes the host wait for the GPU, with its stack;
 - hole_case, exact_hole_case (HOLE_KINDS): flows whose depth-aware projection leaves large holes,
   and flows whose projection is exact in any summation order."""
+import traceback
+import warnings
+from collections import Counter
+
 import torch
 
 HOLE_KINDS = ["half", "single", "none", "borders", "bands"]
@@ -18,6 +23,56 @@ def channels_last_at_offset(x, offset):
     view.copy_(x)
     assert view.is_contiguous(memory_format=torch.channels_last) and view.storage_offset() == offset
     return view
+
+
+SYNC_LIBRARIES = ('redet_plugin', 'mmdet', 'mmcv', 'mmengine', 'mmrotate', 'e2cnn')
+
+
+def _call_site(stack):
+    """The innermost frame in a library of SYNC_LIBRARIES (the one that asked), as
+    'module:line func', and the chain of such frames that led there (outermost first, at most
+    6)."""
+    frames = [f for f in stack if any(f'/{lib}/' in f.filename for lib in SYNC_LIBRARIES)]
+    if not frames:
+        frames = stack[-1:]
+
+    def name(frame):
+        path = frame.filename
+        for lib in SYNC_LIBRARIES:
+            if f'/{lib}/' in path:
+                path = lib + '/' + path.split(f'/{lib}/', 1)[1]
+                break
+        return f'{path}:{frame.lineno} {frame.name}'
+    return name(frames[-1]), [name(f) for f in frames[-6:]]
+
+
+def record_host_syncs(fn):
+    """Runs fn() (on a CUDA device) under torch.cuda.set_sync_debug_mode('warn'), which warns at
+    every call that makes the host wait for the GPU (a read-back such as .item() or bool(t), a
+    data-dependent shape such as nonzero() or a boolean index, a copy from pageable memory).
+    Returns [dict(site, count, stack)], most frequent first; empty when fn never waits."""
+    sites, chains = Counter(), {}
+
+    def on_warning(message, category, filename, lineno, file=None, line=None):
+        if 'synchroniz' not in str(message):
+            return
+        site, chain = _call_site(traceback.extract_stack()[:-1])
+        sites[site] += 1
+        chains.setdefault(site, chain)
+
+    torch.cuda.synchronize()
+    previous = warnings.showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter('always')
+        warnings.showwarning = on_warning
+        torch.cuda.set_sync_debug_mode('warn')
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode('default')
+            warnings.showwarning = previous
+    torch.cuda.synchronize()
+    return [dict(site=site, count=count, stack=chains[site]) for site, count in sites.most_common()]
 
 
 def capture(step, *inputs):

@@ -1,10 +1,9 @@
 """Every place where a training step or a test forward of the ReDet detector makes the host wait
 for the GPU, with the Python stack that asked for it.
 
-torch.cuda.set_sync_debug_mode('warn') makes every synchronising CUDA call (a read-back such as
-.item(), .tolist(), .cpu(), bool(tensor), a data-dependent shape such as nonzero() or boolean
-indexing) emit a warning; each warning's Python stack is recorded and grouped by the innermost
-frame of the project, mmdet, mmcv or mmengine. A step whose list is empty never waits on the host.
+redet_plugin.testing.record_host_syncs records each synchronising CUDA call with its Python stack,
+grouped by the innermost frame of the project, mmdet, mmcv or mmengine. A step whose list is
+empty never waits on the host.
 The steps are run as users run them: model.train_step(batch, optim_wrapper) as mmengine's train
 loop calls it, and model.test_step(batch).
 
@@ -14,15 +13,11 @@ loop calls it, and model.test_step(batch).
 import argparse
 import json
 import os.path as osp
-import traceback
-import warnings
-from collections import Counter
 
 import torch
 
 from benchmarks.profiling.profile_detector import REPO, build, load_batches
-
-LIBRARIES = ('redet_plugin', 'mmdet', 'mmcv', 'mmengine', 'mmrotate', 'e2cnn')
+from redet_plugin.testing import record_host_syncs
 
 
 def parse_args(argv=None):
@@ -43,49 +38,6 @@ def parse_args(argv=None):
     return args
 
 
-def call_site(stack):
-    """The innermost frame in a library of LIBRARIES (the one that asked), as 'module:line func',
-    and the chain of such frames that led there (outermost first, at most 6)."""
-    frames = [f for f in stack if any(f'/{lib}/' in f.filename for lib in LIBRARIES)]
-    if not frames:
-        frames = stack[-1:]
-
-    def name(frame):
-        path = frame.filename
-        for lib in LIBRARIES:
-            if f'/{lib}/' in path:
-                path = lib + '/' + path.split(f'/{lib}/', 1)[1]
-                break
-        return f'{path}:{frame.lineno} {frame.name}'
-    return name(frames[-1]), [name(f) for f in frames[-6:]]
-
-
-def record_syncs(fn):
-    """Runs fn() with sync debugging on; returns {call site: (count, chain)}."""
-    sites, chains = Counter(), {}
-
-    def on_warning(message, category, filename, lineno, file=None, line=None):
-        if 'synchroniz' not in str(message):
-            return
-        site, chain = call_site(traceback.extract_stack()[:-1])
-        sites[site] += 1
-        chains.setdefault(site, chain)
-
-    torch.cuda.synchronize()
-    previous = warnings.showwarning
-    with warnings.catch_warnings():
-        warnings.simplefilter('always')
-        warnings.showwarning = on_warning
-        torch.cuda.set_sync_debug_mode('warn')
-        try:
-            fn()
-        finally:
-            torch.cuda.set_sync_debug_mode('default')
-            warnings.showwarning = previous
-    torch.cuda.synchronize()
-    return [dict(site=site, count=count, stack=chains[site]) for site, count in sites.most_common()]
-
-
 def main(argv=None):
     args = parse_args(argv)
     cfg, model, optim_wrapper, loaders = build(args)
@@ -93,12 +45,12 @@ def main(argv=None):
     test_batches, _ = load_batches(loaders['val'], args.warmup + 1)
     for batch in train_batches[:-1]:
         model.train_step(batch, optim_wrapper)
-    train = record_syncs(lambda: model.train_step(train_batches[-1], optim_wrapper))
+    train = record_host_syncs(lambda: model.train_step(train_batches[-1], optim_wrapper))
     model.eval()
     with torch.no_grad():
         for batch in test_batches[:-1]:
             model.test_step(batch)
-        test = record_syncs(lambda: model.test_step(test_batches[-1]))
+        test = record_host_syncs(lambda: model.test_step(test_batches[-1]))
     environment = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                        cuda=torch.version.cuda)
     result = dict(environment=environment, config=osp.relpath(args.config, REPO), amp=args.amp,

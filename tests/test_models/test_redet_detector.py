@@ -83,3 +83,50 @@ def test_padding_proposals_give_no_detection(model):
         torch.testing.assert_close(ours.scores, ref.scores, rtol=1e-5, atol=1e-6)
         assert torch.equal(ours.labels, ref.labels)
         assert len(bad) != len(ref)
+
+
+def _cuda_model():
+    torch.manual_seed(0)
+    detector = MODELS.build(tiny_model_cfg()).cuda()
+    detector.init_weights()
+    return detector
+
+
+def _cuda_samples():
+    return [sample.to('cuda') for sample in make_samples(num_boxes=(3, 5))]
+
+
+@pytest.mark.cuda
+def test_cuda_training_step_waits_for_nothing():
+    """Forward (losses) and backward of a training step: no host synchronisation at all once
+    warm (the first steps build the anchors and capture the feature graphs)."""
+    from redet_plugin.testing import record_host_syncs
+    model = _cuda_model().train()
+    inputs = torch.randn(2, 3, 128, 128, device='cuda')
+
+    def step():
+        losses = model.loss(inputs, _cuda_samples())
+        sum(v for k, v in losses.items() if 'loss' in k).backward()
+
+    for _ in range(3):
+        step()
+    samples = _cuda_samples()  # their copy to the GPU is the data loader's, not the step's
+    syncs = record_host_syncs(lambda: sum(
+        v for k, v in model.loss(inputs, samples).items() if 'loss' in k).backward())
+    assert syncs == [], syncs
+
+
+@pytest.mark.cuda
+def test_cuda_test_forward_waits_only_for_the_final_cut():
+    """A test forward waits once per image: the read-back of how many detections it keeps."""
+    from redet_plugin.testing import record_host_syncs
+    model = _cuda_model().eval()
+    inputs = torch.randn(2, 3, 128, 128, device='cuda')
+    samples = _cuda_samples()
+    with torch.no_grad():
+        for _ in range(3):
+            model.predict(inputs, samples)
+        syncs = record_host_syncs(lambda: model.predict(inputs, samples))
+    assert [s['site'].split(':')[0] for s in syncs] == [
+        'redet_plugin/models/roi_heads/rotated_bbox_head.py'], syncs
+    assert syncs[0]['count'] == len(samples)
