@@ -64,6 +64,7 @@ def test_reads_no_value_back():
 def test_cuda_waits_for_nothing_and_matches_mmdet():
     ours = extractor(LAYERS[0]).cuda()
     feats, rois = inputs(1, device='cuda')
+    ours(feats, rois).sum().backward()  # warm-up: first-call allocations
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode('error')
     try:

@@ -111,9 +111,19 @@ def test_cuda_training_step_waits_for_nothing():
     for _ in range(3):
         step()
     samples = _cuda_samples()  # their copy to the GPU is the data loader's, not the step's
-    syncs = record_host_syncs(lambda: sum(
-        v for k, v in model.loss(inputs, samples).items() if 'loss' in k).backward())
+
+    def warm_step():
+        sum(v for k, v in model.loss(inputs, samples).items() if 'loss' in k).backward()
+
+    syncs = record_host_syncs(warm_step)  # names the Python call sites, if any
     assert syncs == [], syncs
+    # waits inside compiled ops warn outside Python's warning machinery: 'error' raises for all
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        warm_step()
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
 
 
 @pytest.mark.cuda
@@ -130,3 +140,23 @@ def test_cuda_test_forward_waits_only_for_the_final_cut():
     assert [s['site'].split(':')[0] for s in syncs] == [
         'redet_plugin/models/roi_heads/rotated_bbox_head.py'], syncs
     assert syncs[0]['count'] == len(samples)
+    # and none inside compiled ops, whose waits warn outside Python's warning machinery
+    model.roi_head.bbox_head[-1]._predict_by_feat_single = _forbid_sync_until_the_cut(
+        model.roi_head.bbox_head[-1]._predict_by_feat_single)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        with torch.no_grad():
+            model.predict(inputs, samples)
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
+
+
+def _forbid_sync_until_the_cut(predict_single):
+    def wrapped(*args, **kwargs):
+        torch.cuda.set_sync_debug_mode('default')  # the cut's read-back is the one wait allowed
+        try:
+            return predict_single(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode('error')
+    return wrapped

@@ -192,15 +192,15 @@ def test_cuda_loss_and_proposals_wait_for_nothing_and_match_the_cpu():
     cuda_outs = [[t.cuda() for t in ts] for ts in outs]
     cuda_gts = [gt.to('cuda') for gt in gts]
     ours.cuda()
-    for _ in range(2):  # the first call builds the anchors (a copy from the host)
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode('error')
-        try:
-            losses = ours.loss_by_feat(*cuda_outs, cuda_gts, metas)
-            proposals = ours.predict_by_feat(*cuda_outs, batch_img_metas=metas,
-                                             cfg=proposal_cfg())
-        finally:
-            torch.cuda.set_sync_debug_mode('default')
+    # the first call builds the anchors (a copy from the host) and kept afterwards
+    ours.loss_by_feat(*cuda_outs, cuda_gts, metas)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        losses = ours.loss_by_feat(*cuda_outs, cuda_gts, metas)
+        proposals = ours.predict_by_feat(*cuda_outs, batch_img_metas=metas, cfg=proposal_cfg())
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
     assert all(torch.isfinite(v) for v in losses.values())
     expected = ours.cpu().predict_by_feat(*outs, batch_img_metas=metas, cfg=proposal_cfg())
     for res, exp in zip(proposals, expected):

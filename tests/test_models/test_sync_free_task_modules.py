@@ -136,12 +136,25 @@ def test_sampler_reads_no_value_back():
     assert drawn.pos.device.type == 'meta' and drawn.pos.shape == (5000, )
 
 
-def test_only_mmdets_random_sampler_is_accepted():
-    from mmdet.models.task_modules.samplers import PseudoSampler
+def test_only_mmdets_random_sampler_or_one_with_its_own_keys_is_accepted():
+    from mmdet.models.task_modules.samplers import InstanceBalancedPosSampler, PseudoSampler
     check_random_sampler(RandomSampler(num=4, pos_fraction=0.5), 'x')
     with pytest.raises(TypeError, match=r"train_cfg.rpn.sampler: expected a sampler of type "
                                         r"'RandomSampler'.*got PseudoSampler"):
         check_random_sampler(PseudoSampler(), 'train_cfg.rpn.sampler')
+    # a subclass that changes mmdet's rule is refused; one that only supplies keys is drawn
+    with pytest.raises(TypeError, match='got InstanceBalancedPosSampler'):
+        check_random_sampler(InstanceBalancedPosSampler(num=4, pos_fraction=0.5), 'x')
+
+    class ReversedKeys(RandomSampler):
+        def draw_keys(self, gt_inds):
+            return 1 - torch.arange(1, gt_inds.numel() + 1) / (gt_inds.numel() + 1)
+
+    sampler = ReversedKeys(num=4, pos_fraction=0.5)
+    check_random_sampler(sampler, 'x')
+    drawn = sample_masks(torch.tensor([1, 1, 1, 0, 0, 0, 0]), sampler)
+    assert drawn.pos.tolist() == [False, True, True, False, False, False, False]
+    assert drawn.neg.tolist() == [False, False, False, False, False, True, True]
 
 
 @pytest.mark.cuda
@@ -162,6 +175,7 @@ def test_cuda_coder_overlaps_and_sampler_wait_for_nothing():
     finally:
         torch.cuda.set_sync_debug_mode('default')
     theirs = MMDetDeltaXYWHBBoxCoder(**CODER_CFGS[1])
+    assert torch.equal(deltas, theirs.encode(a, b))
     assert torch.equal(decoded, theirs.decode(a, theirs.encode(a, b), max_shape=(90, 90)))
     assert torch.equal(iou, MMDetBboxOverlaps2D()(a, b))
     assert (int(drawn.pos.sum()), int(drawn.neg.sum())) == mmdet_counts(sampler, gt_inds.cpu())

@@ -18,16 +18,13 @@ from mmengine.model import is_model_wrapper
 
 
 class ImageSeededRandomSampler(RandomSampler):
-    """mmdet's RandomSampler, each draw seeded by its gallery (candidate indices) and size."""
+    """mmdet's RandomSampler (drawn by redet_plugin's fixed-size masks) with keys seeded by the
+    image's assignment (its size and sum) and the draw's size."""
 
-    def random_choice(self, gallery, num):
-        assert len(gallery) >= num
-        is_tensor = isinstance(gallery, torch.Tensor)
-        flat = (gallery if is_tensor else torch.as_tensor(gallery, dtype=torch.long)).reshape(-1)
-        seed = (flat.numel() * 1000003 + int(flat.sum()) * 31 + num) % (2 ** 31)
-        perm = torch.randperm(flat.numel(), generator=torch.Generator().manual_seed(seed))
-        chosen = flat[perm[:num].to(flat.device)]
-        return chosen if is_tensor else chosen.cpu().numpy()
+    def draw_keys(self, gt_inds):
+        seed = (gt_inds.numel() * 1000003 + int(gt_inds.sum()) * 31 + self.num) % (2 ** 31)
+        keys = torch.rand(gt_inds.shape, generator=torch.Generator().manual_seed(seed))
+        return keys.to(gt_inds.device)
 
 
 class StepRecordHook(Hook):

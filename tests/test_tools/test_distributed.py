@@ -10,7 +10,7 @@ process that is given both processes' images.
   process's batch in turn and accumulates (optim_wrapper.accumulative_counts=2: the loss halved,
   the gradients summed), which is what DDP's averaging claims to equal. With the norms frozen
   (norm_eval=True) the single process takes both images as one batch.
-- The RPN and RoI samplers draw per image from an RNG seeded by the image's candidates
+- The RPN and RoI samplers draw per image with keys seeded by the image's assignment
   (_distributed_probe.ImageSeededRandomSampler): otherwise the runs differ by where each process's
   RNG stream stands, not by anything DDP does.
 - Constant learning rate: the accumulating process steps at its second iteration, when a

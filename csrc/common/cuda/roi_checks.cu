@@ -28,7 +28,7 @@ __global__ void find_bad_rois_kernel(const scalar_t* __restrict__ rois, int64_t 
 DeferredRoiCheck::DeferredRoiCheck(const at::Tensor& rois, int64_t num_images,
                                    const at::Tensor& levels, int64_t num_levels)
     : num_images_(num_images), num_levels_(num_levels) {
-  if (rois.size(0) == 0 || capturing_cuda_graph()) return;
+  if (rois.size(0) == 0 || capturing_cuda_graph() || !roi_value_checks_enabled()) return;
   rois_ = rois.contiguous();
   levels_ = levels.defined() ? levels.contiguous() : levels;
   const int64_t num_rois = rois_.size(0);

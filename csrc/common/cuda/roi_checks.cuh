@@ -4,7 +4,9 @@
 // on the host). An op constructs the check before its own kernels and calls raise_if_bad() after
 // enqueueing them, so the GPU keeps working during its one host synchronisation
 // (common/cuda/host_flag.cuh); its kernels must therefore skip bad rows themselves. While a CUDA
-// graph is captured the check does nothing (no kernel, no wait, no error): the guards remain.
+// graph is captured, or while the calling thread has switched the checks off
+// (common/roi_value_checks.h), the check does nothing (no kernel, no wait, no error): the guards
+// remain.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -12,6 +14,7 @@
 
 #include "common/checks.h"
 #include "common/cuda/host_flag.cuh"
+#include "common/roi_value_checks.h"
 
 namespace redet {
 

@@ -9,6 +9,8 @@ results back. Here every level's layer sees all RoIs, with those of other levels
 empty box far outside the image (no bin of it covers a pixel, so RoIPool and RoIAlign skip it
 at almost no cost), and each RoI takes the result of its own level. The result is mmdet's, RoI
 for RoI; every level is in the graph, so DDP needs no zero-weighted term for an unused level.
+Our RoIPool's check of the rois' values, a host wait per call on CUDA, is skipped
+(ops.unchecked_rois): rois made by bbox2roi need none.
 """
 from typing import List, Optional, Tuple
 
@@ -17,6 +19,7 @@ from mmdet.models.roi_heads.roi_extractors import SingleRoIExtractor
 from mmdet.registry import MODELS
 from torch import Tensor, nn
 
+from redet_plugin.ops import unchecked_rois
 from redet_plugin.utils.registration import register
 
 from .roi_layer_builder import build_roi_layers
@@ -33,7 +36,10 @@ class HorizontalSingleRoIExtractor(SingleRoIExtractor):
 
     def forward(self, feats: Tuple[Tensor], rois: Tensor,
                 roi_scale_factor: Optional[float] = None) -> Tensor:
-        rois = rois.type_as(feats[0])
+        with unchecked_rois():
+            return self._pool(feats, rois.type_as(feats[0]), roi_scale_factor)
+
+    def _pool(self, feats: Tuple[Tensor], rois: Tensor, roi_scale_factor) -> Tensor:
         num_levels = len(feats)
         if num_levels == 1:
             return self.roi_layers[0](feats[0], rois)

@@ -8,7 +8,8 @@ Two ways to pool, same result:
 - per level (any layer): mmdet's loop of masks, nonzero and index_put; a level without RoIs
   adds a zero-weighted term so that DDP still sees gradients for every input.
 - fused (layers that have a multi-level kernel, e.g. our RiRoIAlignRotated): one launch pools
-  every RoI from its own level; no host synchronisation, no gather/scatter copies. Its backward
+  every RoI from its own level; no host synchronisation (the op's check of the rois' values is
+  skipped: ops.unchecked_rois), no gather/scatter copies. Its backward
   returns a gradient (zeros) for every level, RoIs or not, so DDP needs no extra term
   (tests/test_models/test_rotated_roi_extractor.py checks every upstream parameter gets one).
 """
@@ -19,6 +20,7 @@ from mmdet.registry import MODELS
 from mmdet.models.roi_heads.roi_extractors.base_roi_extractor import BaseRoIExtractor
 from torch import Tensor, nn
 
+from redet_plugin.ops import unchecked_rois
 from redet_plugin.utils.registration import register
 
 from .roi_layer_builder import build_roi_layers, pooled_size
@@ -103,9 +105,11 @@ class RotatedSingleRoIExtractor(BaseRoIExtractor):
         rois = rois.type_as(feats[0])  # the ops take rois in the features' dtype (amp: fp16)
         if roi_scale_factor is not None:
             rois = self.roi_rescale(rois, roi_scale_factor)
-        if self.fused:
-            return self.fused_kernel(self.roi_layers[:len(feats)], feats, rois, levels)
-        return self._pool_per_level(feats, rois, levels)
+        # rois from bbox2roi need no value check, and skipping it spares a host wait per call
+        with unchecked_rois():
+            if self.fused:
+                return self.fused_kernel(self.roi_layers[:len(feats)], feats, rois, levels)
+            return self._pool_per_level(feats, rois, levels)
 
     def _checked_feats(self, feats: Sequence[Tensor]) -> List[Tensor]:
         feats = list(feats)

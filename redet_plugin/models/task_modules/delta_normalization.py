@@ -2,7 +2,9 @@
 
 mmdet's coders build their means/stds with `deltas.new_tensor(...)`, a copy from host memory
 that makes the host wait for the GPU (and cannot be captured in a CUDA graph). Here each column
-is shifted and scaled by Python floats; identity columns (mean 0, std 1) cost nothing.
+is shifted and scaled by Python floats; identity columns (mean 0, std 1) cost nothing. The
+division is by a device scalar made on the device: torch divides a CUDA tensor by a Python number
+through its reciprocal, one rounding away from mmdet's division by a tensor.
 """
 from typing import Sequence
 
@@ -14,7 +16,7 @@ def normalize_deltas(deltas: Tensor, means: Sequence[float], stds: Sequence[floa
     """(deltas - means) / stds over the last dimension."""
     if _identity(means, stds):
         return deltas
-    return torch.stack([(c - m) / s if (m, s) != (0, 1) else c
+    return torch.stack([(c - m) / c.new_full((), s) if (m, s) != (0, 1) else c
                         for c, m, s in zip(deltas.unbind(-1), means, stds)], dim=-1)
 
 

@@ -8,6 +8,10 @@ distribution is mmdet's: min(#positives, num * pos_fraction) positives drawn uni
 replacement, then min(#negatives, num - drawn positives) negatives (capped by neg_pos_ub times
 the drawn positives, at least one, when neg_pos_ub >= 0). The two sets are disjoint, so one key
 per prior serves both draws.
+
+A subclass of RandomSampler may supply the keys: a method `draw_keys(gt_inds)` returning (N,)
+uniform numbers in [0, 1) (e.g. seeded per image, for runs that must draw alike on any number
+of processes). Other subclasses change mmdet's rule in ways masks do not follow, and are refused.
 """
 from typing import NamedTuple, Optional
 
@@ -22,8 +26,10 @@ class SampledMasks(NamedTuple):
 
 
 def check_random_sampler(sampler, where: str) -> None:
-    """The samplers whose rule sample_masks implements: mmdet's RandomSampler itself."""
-    if type(sampler) is not RandomSampler:
+    """The samplers whose rule sample_masks implements: mmdet's RandomSampler itself, or a
+    subclass that supplies its keys (draw_keys)."""
+    if type(sampler) is not RandomSampler and not (
+            isinstance(sampler, RandomSampler) and hasattr(sampler, 'draw_keys')):
         raise TypeError(f"{where}: expected a sampler of type 'RandomSampler' (drawn with "
                         f'fixed-size masks), got {type(sampler).__name__}')
 
@@ -33,7 +39,10 @@ def sample_masks(gt_inds: Tensor, sampler: RandomSampler,
     """Draw as `sampler` (an mmdet RandomSampler) from an AssignResult's gt_inds (N,):
     positives are > 0, negatives 0, ignored -1. add_gt_as_proposals is the caller's (the gts
     are priors like any other here)."""
-    keys = torch.rand(gt_inds.shape, device=gt_inds.device, generator=generator)
+    if hasattr(sampler, 'draw_keys'):
+        keys = sampler.draw_keys(gt_inds)
+    else:
+        keys = torch.rand(gt_inds.shape, device=gt_inds.device, generator=generator)
     num_expected_pos = int(sampler.num * sampler.pos_fraction)
     pos = _smallest_keys(gt_inds > 0, keys, num_expected_pos)
     num_expected_neg = sampler.num - pos.sum()
