@@ -54,7 +54,7 @@ def record_host_syncs(fn):
     sites, chains = Counter(), {}
 
     def on_warning(message, category, filename, lineno, file=None, line=None):
-        if 'synchroniz' not in str(message):
+        if 'called a synchronizing CUDA operation' not in str(message):
             return
         site, chain = _call_site(traceback.extract_stack()[:-1])
         sites[site] += 1

@@ -90,6 +90,17 @@ def tiny_model_cfg(num_classes=3):
     return cfg
 
 
+def tiny_detector(device='cpu'):
+    """The tiny ReDet (tiny_model_cfg), initialised from seed 0, on `device`."""
+    from mmdet.registry import MODELS
+    from mmdet.utils import register_all_modules
+    register_all_modules(init_default_scope=True)
+    torch.manual_seed(0)
+    detector = MODELS.build(tiny_model_cfg()).to(device)
+    detector.init_weights()
+    return detector
+
+
 def make_samples(num_images=2, size=128, num_boxes=(3, 0)):
     """DetDataSamples with random rotated ground-truth boxes (num_boxes per image, cycled)."""
     from mmdet.structures import DetDataSample

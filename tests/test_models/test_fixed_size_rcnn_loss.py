@@ -11,20 +11,14 @@ from mmdet.models.task_modules.samplers import RandomSampler
 from mmdet.models.utils import unpack_gt_instances
 from mmdet.registry import MODELS
 from mmdet.structures.bbox import get_box_tensor
-from mmdet.utils import register_all_modules
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-from tests._helpers import make_samples, tiny_model_cfg
-
-register_all_modules(init_default_scope=True)
+from tests._helpers import make_samples, tiny_detector, tiny_model_cfg
 
 
 @pytest.fixture(scope='module')
 def model():
-    torch.manual_seed(0)
-    detector = MODELS.build(tiny_model_cfg())
-    detector.init_weights()
-    return detector.train()
+    return tiny_detector().train()
 
 
 def mmdet_assigner(cfg):
@@ -120,6 +114,8 @@ def test_the_same_draw_test_can_fail(model, monkeypatch):
 
 
 def test_rcnn_sampler_must_be_random_sampler():
+    from mmdet.utils import register_all_modules
+    register_all_modules(init_default_scope=True)
     cfg = tiny_model_cfg()
     cfg.train_cfg.rcnn[1].sampler = dict(type='PseudoSampler')
     with pytest.raises(TypeError, match=r"train_cfg.rcnn\[1\].sampler: expected a sampler of "

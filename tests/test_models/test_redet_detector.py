@@ -3,22 +3,14 @@ import math
 
 import pytest
 import torch
-from mmdet.registry import MODELS
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-from mmdet.utils import register_all_modules
-from tests._helpers import make_samples, tiny_model_cfg
-
-
-register_all_modules(init_default_scope=True)
+from tests._helpers import make_samples, tiny_detector
 
 
 @pytest.fixture(scope='module')
 def model():
-    torch.manual_seed(0)
-    detector = MODELS.build(tiny_model_cfg())
-    detector.init_weights()
-    return detector
+    return tiny_detector()
 
 
 def test_train_step_gives_finite_losses_and_gradients(model):
@@ -85,13 +77,6 @@ def test_padding_proposals_give_no_detection(model):
         assert len(bad) != len(ref)
 
 
-def _cuda_model():
-    torch.manual_seed(0)
-    detector = MODELS.build(tiny_model_cfg()).cuda()
-    detector.init_weights()
-    return detector
-
-
 def _cuda_samples():
     return [sample.to('cuda') for sample in make_samples(num_boxes=(3, 5))]
 
@@ -101,7 +86,7 @@ def test_cuda_training_step_waits_for_nothing():
     """Forward (losses) and backward of a training step: no host synchronisation at all once
     warm (the first steps build the anchors and capture the feature graphs)."""
     from redet_plugin.testing import record_host_syncs
-    model = _cuda_model().train()
+    model = tiny_detector('cuda').train()
     inputs = torch.randn(2, 3, 128, 128, device='cuda')
 
     def step():
@@ -130,7 +115,7 @@ def test_cuda_training_step_waits_for_nothing():
 def test_cuda_test_forward_waits_only_for_the_final_cut():
     """A test forward waits once per image: the read-back of how many detections it keeps."""
     from redet_plugin.testing import record_host_syncs
-    model = _cuda_model().eval()
+    model = tiny_detector('cuda').eval()
     inputs = torch.randn(2, 3, 128, 128, device='cuda')
     samples = _cuda_samples()
     with torch.no_grad():
