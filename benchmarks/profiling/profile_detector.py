@@ -87,6 +87,8 @@ class PartTimer:
         self.current = None
 
     def call(self, label, fn, *args, **kwargs):
+        """label: a string, or a function giving it at call time (a part shared by stages)."""
+        label = label() if callable(label) else label
         self.sync()
         start = time.perf_counter()
         with record_function(label):
@@ -137,38 +139,55 @@ def instrument(model, timer, training):
     if training:
         timer.wrap(rpn, 'loss_by_feat', 'rpn loss')
         rows.append(('rpn loss', None))
-        for owner, method in (('assigner', 'assign'), ('sampler', 'sample')):
-            if timer.wrap(getattr(rpn, owner, None), method, f'rpn {method}'):
-                rows.append((f'rpn {method}', 'rpn loss'))
+        if timer.wrap(getattr(rpn, 'assigner', None), 'assign', 'rpn assign'):
+            rows.append(('rpn assign', 'rpn loss'))
+        # mmdet's RPNHead samples through its sampler, ours draws masks (sample_masks)
+        if timer.wrap(getattr(rpn, 'sampler', None), 'sample', 'rpn sample') \
+                | timer.wrap(_module_of(rpn), 'sample_masks', 'rpn sample'):
+            rows.append(('rpn sample', 'rpn loss'))
     timer.wrap(rpn, 'predict_by_feat', 'rpn proposals')
     rows.append(('rpn proposals', None))
-    if timer.wrap(_module_of(rpn), 'batched_nms', 'rpn nms'):
+    if timer.wrap(_module_of(rpn), 'batched_nms', 'rpn nms') \
+            | timer.wrap(_module_of(rpn), 'nms_keep_mask', 'rpn nms'):
         rows.append(('rpn nms', 'rpn proposals'))
     roi = model.roi_head
+    stage_label = lambda part: lambda: f's{roi.current_stage} {part}'  # noqa: E731
+    # our RoI head's fixed-size training parts are module functions or methods shared by stages;
+    # its sample_fixed assigns, then draws
+    fixed_size = training and timer.wrap(_module_of(roi), 'sample_fixed',
+                                         stage_label('assign + sample'))
+    timer.wrap(roi, '_refined_priors', stage_label('refine'))
     for stage in range(roi.num_stages):
         s = f's{stage}'
         last = stage == roi.num_stages - 1
         parts = []
         if training:
             timer.wrap(roi.bbox_assigner[stage], 'assign', f'{s} assign')
-            timer.wrap(roi.bbox_sampler[stage], 'sample', f'{s} sample')
-            parts += [f'{s} assign', f'{s} sample']
+            if fixed_size:
+                rows += [(f'{s} assign + sample', None), (f'{s} assign', f'{s} assign + sample')]
+            else:
+                timer.wrap(roi.bbox_sampler[stage], 'sample', f'{s} sample')
+                parts += [f'{s} assign', f'{s} sample']
         timer.wrap(roi.bbox_roi_extractor[stage], 'forward', f'{s} RoI extractor')
         timer.wrap(roi.bbox_head[stage], 'forward', f'{s} head')
         parts += [f'{s} RoI extractor', f'{s} head']
         if training:
-            timer.wrap(roi.bbox_head[stage], 'loss_and_target', f'{s} loss')
+            for method in ('loss_and_target', 'fixed_size_targets', 'fixed_size_loss'):
+                timer.wrap(roi.bbox_head[stage], method, f'{s} loss')
             parts.append(f'{s} loss')
         if not last:
-            timer.wrap(roi.bbox_head[stage], 'refine_bboxes' if training else 'regress_by_class',
-                       f'{s} refine')
+            if training:
+                timer.wrap(roi.bbox_head[stage], 'refine_bboxes', f'{s} refine')
+            else:
+                timer.wrap(roi.bbox_head[stage], 'regress_by_class', f'{s} refine')
             parts.append(f'{s} refine')
         rows += [(part, None) for part in parts]
     if not training:
         head = roi.bbox_head[-1]
         timer.wrap(head, 'predict_by_feat', 'rcnn boxes + NMS')
         rows.append(('rcnn boxes + NMS', None))
-        if timer.wrap(_module_of(head), 'multiclass_nms', 'rcnn NMS'):
+        if timer.wrap(_module_of(head), 'multiclass_nms', 'rcnn NMS') \
+                | timer.wrap(_module_of(head), 'multiclass_nms_fixed', 'rcnn NMS'):
             rows.append(('rcnn NMS', 'rcnn boxes + NMS'))
     return rows
 

@@ -1,6 +1,7 @@
 """RedetHorizontalSingleRoIExtractor pools each RoI from its level exactly as mmdet's
 SingleRoIExtractor does (forward and gradients, RoIPool and mmcv's RoIAlign), without listing
-the RoIs of a level (meta tensors on the CPU, sync_debug_mode on a GPU)."""
+the RoIs of a level (meta tensors on the CPU, sync_debug_mode on a GPU). On the CPU it lists
+them as mmdet does, so the parked path is tested through _pool."""
 import pytest
 import torch
 from mmdet.models.roi_heads.roi_extractors import SingleRoIExtractor
@@ -34,8 +35,10 @@ def inputs(seed, num_rois=300, device='cpu'):
 def test_same_features_and_gradients_as_mmdet(layer, seed, roi_scale_factor):
     ours = extractor(layer)
     feats, rois = inputs(seed)
-    result = ours(feats, rois, roi_scale_factor)
+    rois = rois.type_as(feats[0])
+    result = ours._pool(feats, rois, roi_scale_factor)  # the path CUDA takes
     expected = SingleRoIExtractor.forward(ours, feats, rois, roi_scale_factor)
+    assert torch.equal(ours(feats, rois, roi_scale_factor), expected)  # the CPU path
     assert torch.equal(result, expected)
     grad = torch.randn(result.shape, generator=torch.Generator().manual_seed(9))
     ours_grads = torch.autograd.grad(result, feats, grad)

@@ -11,6 +11,9 @@ at almost no cost), and each RoI takes the result of its own level. The result i
 for RoI; every level is in the graph, so DDP needs no zero-weighted term for an unused level.
 Our RoIPool's check of the rois' values, a host wait per call on CUDA, is skipped
 (ops.unchecked_rois): rois made by bbox2roi need none.
+On the CPU, where a read-back costs no idle GPU, mmdet's listing is kept: there a parked RoI
+still costs the CPU kernel its bins, and pooling every RoI at every level would cost more than
+listing saves.
 """
 from typing import List, Optional, Tuple
 
@@ -36,6 +39,8 @@ class HorizontalSingleRoIExtractor(SingleRoIExtractor):
 
     def forward(self, feats: Tuple[Tensor], rois: Tensor,
                 roi_scale_factor: Optional[float] = None) -> Tensor:
+        if rois.device.type == 'cpu':
+            return super().forward(feats, rois, roi_scale_factor)
         with unchecked_rois():
             return self._pool(feats, rois.type_as(feats[0]), roi_scale_factor)
 
