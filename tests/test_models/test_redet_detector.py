@@ -145,3 +145,46 @@ def _forbid_sync_until_the_cut(predict_single):
         finally:
             torch.cuda.set_sync_debug_mode('error')
     return wrapped
+
+
+@pytest.fixture
+def meta_rotated_iou(monkeypatch):
+    """mmcv's box_iou_rotated has no meta kernel; on meta tensors a stand-in gives its output
+    shape, (m, n), which does not depend on the boxes' values."""
+    from redet_plugin.models.task_modules.rbbox_overlaps import RBboxOverlaps2D
+    real = RBboxOverlaps2D.__call__
+
+    def call(self, bboxes1, bboxes2, mode='iou', is_aligned=False):
+        if bboxes1.device.type != 'meta':
+            return real(self, bboxes1, bboxes2, mode, is_aligned)
+        rows = bboxes1.shape[0]
+        return bboxes1.new_empty((rows, ) if is_aligned else (rows, bboxes2.shape[0]))
+
+    monkeypatch.setattr(RBboxOverlaps2D, '__call__', call)
+
+
+def _meta_inputs():
+    inputs = torch.empty(2, 3, 128, 128, device='meta')
+    return inputs, [sample.to('meta') for sample in make_samples(num_boxes=(3, 5))]
+
+
+def test_training_step_reads_no_value_back(meta_rotated_iou):
+    """The whole model on meta tensors, which hold no values (any read-back raises): the
+    losses of a training step and their backward."""
+    model = tiny_detector().train().to('meta')
+    inputs, samples = _meta_inputs()
+    losses = model.loss(inputs, samples)
+    assert all(value.device.type == 'meta' for value in losses.values())
+    sum(v.sum() for k, v in losses.items() if 'loss' in k).backward()
+    trained = [p for p in model.backbone.parameters() if p.requires_grad]
+    assert trained and all(p.grad is not None and p.grad.device.type == 'meta' for p in trained)
+
+
+def test_test_forward_reads_no_value_before_its_final_cut(meta_rotated_iou):
+    model = tiny_detector().eval().to('meta')
+    inputs, samples = _meta_inputs()
+    with torch.no_grad(), pytest.raises(RuntimeError, match='cannot be called on meta') as info:
+        model.predict(inputs, samples)
+    ours = [entry for entry in info.traceback if 'redet_plugin' in str(entry.path)]
+    assert ours[-1].name == '_predict_by_feat_single'
+    assert 'dets.valid.sum()' in str(ours[-1].statement)
