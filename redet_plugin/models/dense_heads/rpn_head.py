@@ -13,6 +13,9 @@ memory, and cuts its proposals to what NMS keeps: each waits for the GPU. Here
   score first, with `valid` marking the rows NMS kept; the rest are padding.
 The losses equal mmdet's for the same draw, and the valid proposals are mmdet's (up to the
 order of equal scores). The weights and layers are mmdet's RPNHead's, so checkpoints load.
+The proposals are for RoI heads that read `valid` (RedetRoITransformerRoIHead); an mmdet RoI head
+would take the padding rows, which are boxes NMS suppressed, as proposals: give it
+`[res[res.valid] for res in proposals]`.
 """
 from typing import List, Optional, Sequence, Tuple
 
