@@ -165,7 +165,8 @@ class RPNHead(MMDetRPNHead):
         per_img = scores.shape[1]
         boxes = get_box_tensor(self.bbox_coder.decode(
             torch.cat(priors, 1).reshape(-1, 4),
-            torch.cat(deltas, 1).reshape(-1, self.bbox_coder.encode_size))).view(num_imgs, per_img, 4)
+            torch.cat(deltas, 1).reshape(-1, self.bbox_coder.encode_size)))
+        boxes = boxes.view(num_imgs, per_img, 4)
         clip = getattr(self.bbox_coder, 'clip_border', True)
         boxes = torch.stack([_clip_and_rescale(img_boxes, meta, clip, rescale)
                              for img_boxes, meta in zip(boxes, batch_img_metas)])
@@ -218,5 +219,6 @@ def _clip_and_rescale(boxes: Tensor, img_meta: dict, clip: bool, rescale: bool) 
         y1, y2 = y1.clamp(0, height), y2.clamp(0, height)
     if rescale:
         scale_w, scale_h = img_meta['scale_factor'][:2]
-        x1, x2, y1, y2 = x1 * (1 / scale_w), x2 * (1 / scale_w), y1 * (1 / scale_h), y2 * (1 / scale_h)
+        x1, x2 = x1 * (1 / scale_w), x2 * (1 / scale_w)
+        y1, y2 = y1 * (1 / scale_h), y2 * (1 / scale_h)
     return torch.stack([x1, y1, x2, y2], dim=-1)
