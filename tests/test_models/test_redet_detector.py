@@ -188,3 +188,24 @@ def test_test_forward_reads_no_value_before_its_final_cut(meta_rotated_iou):
     ours = [entry for entry in info.traceback if 'redet_plugin' in str(entry.path)]
     assert ours[-1].name == '_predict_by_feat_single'
     assert 'dets.valid.sum()' in str(ours[-1].statement)
+
+
+@pytest.mark.parametrize('device, dtype', [
+    ('cpu', torch.bfloat16),
+    pytest.param('cuda', torch.float16, marks=pytest.mark.cuda)])
+def test_train_step_and_predict_under_autocast(device, dtype):
+    """Under autocast the RPN's decoded boxes come in float32 and its scores in half: the
+    fixed-size NMS must take them together (it takes one dtype)."""
+    model = tiny_detector(device).train()
+    inputs = torch.randn(2, 3, 128, 128, device=device)
+    samples = [sample.to(device) for sample in make_samples(num_boxes=(3, 5))]
+    with torch.autocast(device, dtype=dtype):
+        losses = model.loss(inputs, samples)
+    total = sum(v for k, v in losses.items() if 'loss' in k)
+    assert torch.isfinite(total)
+    total.backward()
+    model.eval()
+    model.test_cfg.rcnn.score_thr = 0.0
+    with torch.no_grad(), torch.autocast(device, dtype=dtype):
+        results = model.predict(inputs, samples)
+    assert all(len(result.pred_instances) > 0 for result in results)

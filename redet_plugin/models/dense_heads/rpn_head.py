@@ -176,6 +176,10 @@ class RPNHead(MMDetRPNHead):
                        cfg) -> List[InstanceData]:
         """One NMS over all images (image x level classes), then max_per_img rows each."""
         num_imgs, per_img = scores.shape
+        # under autocast the decoded boxes come in float32 (exp) and the scores in half: the NMS
+        # takes one dtype, the wider
+        dtype = torch.promote_types(boxes.dtype, scores.dtype)
+        boxes, scores = boxes.to(dtype), scores.to(dtype)
         candidate = torch.ones_like(scores, dtype=torch.bool)
         min_size = cfg.get('min_bbox_size', -1)
         if min_size >= 0:

@@ -88,6 +88,9 @@ def multiclass_nms_fixed(multi_bboxes: Tensor, multi_scores: Tensor, score_thr: 
         bboxes = multi_bboxes[:, None].expand(num_rois, num_classes, box_dim)
     bboxes = bboxes.reshape(-1, box_dim)
     scores = multi_scores[:, :-1].reshape(-1)
+    # the NMS takes one dtype (under autocast boxes and scores may differ): the wider
+    dtype = torch.promote_types(bboxes.dtype, scores.dtype)
+    bboxes, scores = bboxes.to(dtype), scores.to(dtype)
     labels = torch.arange(num_classes, device=scores.device).repeat(num_rois)
 
     candidate = scores > score_thr

@@ -39,7 +39,7 @@ def sample_fixed(assigner, sampler, priors: Tensor, valid: Optional[Tensor],
     if sampler.add_gt_as_proposals and num_gts > 0:
         gt_numbers = torch.arange(1, num_gts + 1, device=gt_inds.device)
         gt_inds = torch.cat([gt_numbers, gt_inds])
-        candidates = torch.cat([match_gt.bboxes.to(priors.dtype), priors])
+        candidates = torch.cat([match_gt.bboxes, priors])  # promotes, as mmdet's cat_boxes
         is_gt = torch.cat([torch.ones_like(gt_numbers, dtype=torch.bool), is_gt])
     drawn = sample_masks(gt_inds, sampler)
     # rows: positives, negatives, then the rest; a stable sort keeps candidate order in each
