@@ -208,6 +208,7 @@ DETECTOR_RUNS = {
     'ours': 'ours, fp32',
     'ours_amp': 'ours, `--amp`',
     'ours_eager': 'ours, fp32, `model.cuda_graph_features=False`',
+    'ours_graph': 'ours, fp32, `model.cuda_graph_step=True` (the whole step as one CUDA graph)',
     'ours_dist2': 'ours, `tools/dist_train.sh` on 2 GPUs',
 }
 

@@ -40,8 +40,12 @@ def build_config(args) -> Config:
         if not gpu_available():  # mmengine would only fail after building everything
             fail('--amp needs a GPU (mixed precision runs on CUDA, NPU, MLU or MUSA devices); '
                  'none is available')
-        if cfg.optim_wrapper.get('type', 'OptimWrapper') != 'OptimWrapper':
-            fail(f'--amp: expected optim_wrapper type OptimWrapper, got {cfg.optim_wrapper.type}')
+        # (RedetOptimWrapper's deferred norm gains nothing under AMP: the loss scaler reads
+        # its inf check on the host every step)
+        if cfg.optim_wrapper.get('type', 'OptimWrapper') not in ('OptimWrapper',
+                                                                 'RedetOptimWrapper'):
+            fail('--amp: expected optim_wrapper type OptimWrapper or RedetOptimWrapper, got '
+                 f'{cfg.optim_wrapper.type}')
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.loss_scale = 'dynamic'
     if args.auto_scale_lr:

@@ -1,6 +1,9 @@
 default_scope = 'mmdet'
 
 default_hooks = dict(
+    # mmengine's RuntimeInfoHook, reading the losses back from the GPU once per log interval
+    # instead of every iteration (redet_plugin/engine/runtime_info_hook.py)
+    runtime_info=dict(type='RedetRuntimeInfoHook'),
     timer=dict(type='IterTimerHook'),
     logger=dict(type='LoggerHook', interval=50),
     param_scheduler=dict(type='ParamSchedulerHook'),

@@ -73,8 +73,10 @@ param_scheduler = [
     dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=100),
     dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[9, 11], gamma=0.1)
 ]
+# RedetOptimWrapper: mmengine's OptimWrapper whose clipping logs the gradient norm
+# without waiting for the GPU (read back with the losses, once per log interval)
 optim_wrapper = dict(
-    type='OptimWrapper',
+    type='RedetOptimWrapper',
     optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
     clip_grad=dict(max_norm=35, norm_type=2))
 # the total batch that lr is for (tools/train.py --auto-scale-lr; docs/multi_gpu.md)

@@ -1,4 +1,7 @@
-"""CUDA-graph replay of model parts (mm layer): FeatureGraphs replays a detector's backbone + neck."""
+"""CUDA-graph replay (mm layer): FeatureGraphs replays a detector's backbone + neck, StepGraphs
+a whole training step, PredictGraphs a whole test forward."""
 from .feature_graphs import FeatureGraphs
+from .predict_graphs import PredictGraphs
+from .step_graphs import StepGraphs
 
-__all__ = ["FeatureGraphs"]
+__all__ = ["FeatureGraphs", "PredictGraphs", "StepGraphs"]

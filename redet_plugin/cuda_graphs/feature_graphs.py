@@ -26,6 +26,8 @@ import weakref
 import torch
 from torch import nn
 
+from .module_walk import ModuleWalk
+
 __all__ = ["FeatureGraphs"]
 
 # other threads (a data loader's pin-memory thread) may keep using CUDA during a capture
@@ -42,31 +44,6 @@ class _FeatureNet(nn.Module):
     def forward(self, x):
         feats = self.backbone(x)
         return tuple(feats if self.neck is None else self.neck(feats))
-
-
-class _Walk:
-    """The modules, parameters and buffers of a net, listed once per call: each
-    modules()/parameters()/buffers() walk is a pass over hundreds of modules."""
-
-    def __init__(self, net: nn.Module):
-        self.modules = list(net.modules())
-        self.params = [p for m in self.modules for p in m._parameters.values() if p is not None]
-        self.buffers = [b for m in self.modules for b in m._buffers.values() if b is not None]
-        # tensors read in place that are not buffers (CachedFilterR2Conv's eval-mode filters)
-        self.buffers += [t for m in self.modules if hasattr(m, "cached_tensors")
-                         for t in m.cached_tensors()]
-
-    def state_key(self) -> tuple:
-        return (tuple(m.training for m in self.modules),
-                tuple(p.requires_grad for p in self.params))
-
-    def storage_key(self) -> tuple:
-        """The tensors a graph reads in place: a replaced one needs a new capture."""
-        return tuple((t.data_ptr(), t.dtype) for t in (*self.params, *self.buffers))
-
-    def has_collectives(self) -> bool:
-        # SyncBatchNorm communicates in its forward: not captured here
-        return any(isinstance(m, nn.SyncBatchNorm) for m in self.modules)
 
 
 def _autocast_dtype():
@@ -213,7 +190,7 @@ class FeatureGraphs:
         if not self._usable(x):
             return None
         net = _FeatureNet(backbone, neck)
-        walk = _Walk(net)
+        walk = ModuleWalk(net)
         with_grad = torch.is_grad_enabled()
         if with_grad and not any(p.requires_grad for p in walk.params):
             return None

@@ -112,8 +112,9 @@ def test_cuda_training_step_waits_for_nothing():
 
 
 @pytest.mark.cuda
-def test_cuda_test_forward_waits_only_for_the_final_cut():
-    """A test forward waits once per image: the read-back of how many detections it keeps."""
+def test_cuda_test_forward_waits_only_for_the_final_cut(monkeypatch):
+    """A test forward waits once: the read-back of how many detections each image keeps."""
+    from redet_plugin.models.roi_heads import roi_transformer_head
     from redet_plugin.testing import record_host_syncs
     model = tiny_detector('cuda').eval()
     inputs = torch.randn(2, 3, 128, 128, device='cuda')
@@ -123,11 +124,11 @@ def test_cuda_test_forward_waits_only_for_the_final_cut():
             model.predict(inputs, samples)
         syncs = record_host_syncs(lambda: model.predict(inputs, samples))
     assert [s['site'].split(':')[0] for s in syncs] == [
-        'redet_plugin/models/roi_heads/rotated_bbox_head.py'], syncs
-    assert syncs[0]['count'] == len(samples)
+        'redet_plugin/models/layers/padded_results.py'], syncs
+    assert syncs[0]['count'] == 1
     # and none inside compiled ops, whose waits warn outside Python's warning machinery
-    model.roi_head.bbox_head[-1]._predict_by_feat_single = _forbid_sync_until_the_cut(
-        model.roi_head.bbox_head[-1]._predict_by_feat_single)
+    monkeypatch.setattr(roi_transformer_head, 'cut_padding',
+                        _forbid_sync_until_the_cut(roi_transformer_head.cut_padding))
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode('error')
     try:
@@ -137,11 +138,11 @@ def test_cuda_test_forward_waits_only_for_the_final_cut():
         torch.cuda.set_sync_debug_mode('default')
 
 
-def _forbid_sync_until_the_cut(predict_single):
+def _forbid_sync_until_the_cut(cut):
     def wrapped(*args, **kwargs):
         torch.cuda.set_sync_debug_mode('default')  # the cut's read-back is the one wait allowed
         try:
-            return predict_single(*args, **kwargs)
+            return cut(*args, **kwargs)
         finally:
             torch.cuda.set_sync_debug_mode('error')
     return wrapped
@@ -163,16 +164,24 @@ def meta_rotated_iou(monkeypatch):
     monkeypatch.setattr(RBboxOverlaps2D, '__call__', call)
 
 
-def _meta_inputs():
+def _meta_inputs(gt_capacity=None):
+    """Meta inputs; with gt_capacity, the gts padded to that count (gt_instances.valid)."""
+    from redet_plugin.models.gt_padding import pad_gt_instances
     inputs = torch.empty(2, 3, 128, 128, device='meta')
-    return inputs, [sample.to('meta') for sample in make_samples(num_boxes=(3, 5))]
+    samples = make_samples(num_boxes=(3, 5))
+    if gt_capacity is not None:
+        for sample in samples:
+            sample.gt_instances = pad_gt_instances(sample.gt_instances, gt_capacity)
+    return inputs, [sample.to('meta') for sample in samples]
 
 
-def test_training_step_reads_no_value_back(meta_rotated_iou):
+@pytest.mark.parametrize('gt_capacity', [None, 8], ids=['gts', 'padded-gts'])
+def test_training_step_reads_no_value_back(meta_rotated_iou, gt_capacity):
     """The whole model on meta tensors, which hold no values (any read-back raises): the
-    losses of a training step and their backward."""
+    losses of a training step and their backward (also with gts padded to a fixed count)."""
     model = tiny_detector().train().to('meta')
-    inputs, samples = _meta_inputs()
+    inputs, samples = _meta_inputs(gt_capacity)
+    assert gt_capacity is None or all('valid' in s.gt_instances for s in samples)
     losses = model.loss(inputs, samples)
     assert all(value.device.type == 'meta' for value in losses.values())
     sum(v.sum() for k, v in losses.items() if 'loss' in k).backward()
@@ -183,11 +192,11 @@ def test_training_step_reads_no_value_back(meta_rotated_iou):
 def test_test_forward_reads_no_value_before_its_final_cut(meta_rotated_iou):
     model = tiny_detector().eval().to('meta')
     inputs, samples = _meta_inputs()
-    with torch.no_grad(), pytest.raises(RuntimeError, match='cannot be called on meta') as info:
+    with torch.no_grad(), pytest.raises(NotImplementedError, match='meta tensor') as info:
         model.predict(inputs, samples)
     ours = [entry for entry in info.traceback if 'redet_plugin' in str(entry.path)]
-    assert ours[-1].name == '_predict_by_feat_single'
-    assert 'dets.valid.sum()' in str(ours[-1].statement)
+    assert ours[-1].name == 'cut_padding'
+    assert '.tolist()' in str(ours[-1].statement)
 
 
 @pytest.mark.parametrize('device, dtype', [

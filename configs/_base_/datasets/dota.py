@@ -29,6 +29,8 @@ test_pipeline = [
 # 2 load about 24, fewer than the step can take.
 train_dataloader = dict(
     batch_size=2, num_workers=4, persistent_workers=True,
+    # pinned images: the data preprocessor's non_blocking copy overlaps the GPU's work
+    pin_memory=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
     batch_sampler=None,
     dataset=dict(type=dataset_type, data_root=data_root, ann_file='train/labelTxt/',

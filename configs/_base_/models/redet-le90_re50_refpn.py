@@ -12,7 +12,11 @@ model = dict(
         std=[58.395, 57.12, 57.375],
         bgr_to_rgb=True,
         pad_size_divisor=32,
-        boxtype2tensor=False),
+        boxtype2tensor=False,
+        # copies the batch to the GPU without waiting for the GPU. Safe: from pageable memory
+        # (the annotations) CUDA stages the data before the call returns; pinned memory (the
+        # images with pin_memory=True) is not reused by torch before the copy has ended
+        non_blocking=True),
     # on a GPU, backbone + neck replayed as CUDA graphs: the same results with less host time
     # a step (redet_plugin/cuda_graphs/feature_graphs.py); False runs them eagerly
     cuda_graph_features=True,

@@ -8,8 +8,10 @@ param_scheduler = [
     dict(type='MultiStepLR', begin=0, end=12, by_epoch=True, milestones=[8, 11], gamma=0.1)
 ]
 
+# RedetOptimWrapper: mmengine's OptimWrapper whose clipping logs the gradient norm
+# without waiting for the GPU (read back with the losses, once per log interval)
 optim_wrapper = dict(
-    type='OptimWrapper',
+    type='RedetOptimWrapper',
     optimizer=dict(type='SGD', lr=0.005, momentum=0.9, weight_decay=0.0001),
     clip_grad=dict(max_norm=35, norm_type=2))
 # the total batch (GPUs x batch per GPU) that lr is for: tools/train.py --auto-scale-lr scales lr

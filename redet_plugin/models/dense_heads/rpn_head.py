@@ -8,6 +8,8 @@ memory, and cuts its proposals to what NMS keeps: each waits for the GPU. Here
   (RedetMaxIoUAssigner ignores them, so the others get mmdet's assignment), the sampler's draw
   is a pair of masks (fixed_size_sampler), and the loss weights are those masks;
 - the loss is one call over all levels and images, averaged by the drawn count kept on the GPU;
+- gts padded to a fixed count (`gt_instances.valid`, models/gt_padding.py) give the targets
+  of the real gts alone: the assigner never assigns a padding gt;
 - the proposals of all images go through one class-aware NMS (nms_keep_mask; classes are
   image x level, mmdet's per-level NMS) and come out as `max_per_img` rows per image, highest
   score first, with `valid` marking the rows NMS kept; the rest are padding.

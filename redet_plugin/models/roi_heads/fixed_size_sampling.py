@@ -6,7 +6,9 @@ candidates are its gts (when the sampler adds them) followed by its priors; the 
 of masks (fixed_size_sampler), and the image contributes exactly `min(num, #candidates)` rows:
 the drawn positives, then the drawn negatives (each in candidate order, as mmdet lists them),
 then padding rows that weigh nothing. Priors outside `valid` (padding proposals) are ignored
-by the assigner and never drawn.
+by the assigner and never drawn; so are padding gts (outside `match_gt.valid`, see
+models/gt_padding.py): as candidates they are ignored (gt_inds -1), so neither the draw nor the
+drawn counts see them.
 """
 from typing import NamedTuple, Optional
 
@@ -22,7 +24,7 @@ class FixedSample(NamedTuple):
     priors: Tensor    # (num, box_dim) the rows' boxes
     pos: Tensor       # (num,) bool, a drawn positive
     neg: Tensor       # (num,) bool, a drawn negative
-    is_gt: Tensor     # (num,) bool, the row is a gt added as a candidate
+    is_gt: Tensor     # (num,) bool, the row is a gt added as a candidate (padding gts too)
     gt_index: Tensor  # (num,) int64, the assigned gt of a positive (0 elsewhere)
 
 
@@ -38,6 +40,9 @@ def sample_fixed(assigner, sampler, priors: Tensor, valid: Optional[Tensor],
     is_gt = torch.zeros_like(gt_inds, dtype=torch.bool)
     if sampler.add_gt_as_proposals and num_gts > 0:
         gt_numbers = torch.arange(1, num_gts + 1, device=gt_inds.device)
+        gt_valid = match_gt.get('valid', None)  # checked by the assigner
+        if gt_valid is not None:
+            gt_numbers = torch.where(gt_valid, gt_numbers, -1)
         gt_inds = torch.cat([gt_numbers, gt_inds])
         candidates = torch.cat([match_gt.bboxes, priors])  # promotes, as mmdet's cat_boxes
         is_gt = torch.cat([torch.ones_like(gt_numbers, dtype=torch.bool), is_gt])

@@ -123,10 +123,7 @@ class RotatedShared2FCBBoxHead(Shared2FCBBoxHead):
             return results
         dets = multiclass_nms_fixed(boxes, scores, rcnn_test_cfg.score_thr, rcnn_test_cfg.nms,
                                     rcnn_test_cfg.max_per_img, box_dim=5)
-        # The one data-dependent shape of the test path, and so where a captured test step ends:
-        # the valid rows (all before the padding, highest score first) become the results.
-        # The valid rows come first, so their count alone (one read-back) cuts all three.
-        count = int(dets.valid.sum())
-        results.bboxes, results.scores, results.labels = (
-            dets.bboxes[:count], dets.scores[:count], dets.labels[:count])
+        # valid rows first, then padding: RoITransformerRoIHead.predict_bbox cuts the batch
+        # with one read-back (layers/padded_results.py)
+        results.bboxes, results.scores, results.labels, results.valid = dets
         return results

@@ -9,8 +9,14 @@ torch.where, an amax or a scatter_reduce over all gts at once, and the result eq
 Fixed-size prior sets (all anchors, padded proposals) mark their members with
 `pred_instances.valid`, an (N,) bool mask: a prior outside it is ignored (gt_inds -1) and is
 never any gt's best match, so the members get exactly the assignment mmdet gives the members
-alone. Ignored gts (ignore_iof_thr) are handled with a mask as well; the IoU calculator
-defaults to RedetBboxOverlaps2D, mmdet's without its host copy.
+alone. Fixed-size gt sets (gts padded to a fixed count, models/gt_padding.py) mark the real
+gts with `gt_instances.valid`, a (G,) bool mask: a padding gt is never a prior's best gt and
+claims no low-quality match, so the priors get exactly mmdet's assignment to the real gts alone
+(gt_inds count padded positions; the padding comes last, so they are the unpadded ones), and
+with no real gt every prior is a negative, as in mmdet's no-gt branch. Ignored gts
+(ignore_iof_thr) are handled with a mask as well, and may be padded alike
+(`gt_instances_ignore.valid`); the IoU calculator defaults to RedetBboxOverlaps2D, mmdet's
+without its host copy.
 """
 from typing import Optional
 
@@ -22,6 +28,10 @@ from mmengine.structures import InstanceData
 from torch import Tensor
 
 from redet_plugin.utils.registration import register
+
+# a padding gt's overlap with every prior: below any IoU and below an ignored prior's -1, so
+# that the best gt of a prior is always a real one when there is one
+_PADDING_GT_OVERLAP = -2.0
 
 
 @register(TASK_UTILS)
@@ -37,10 +47,13 @@ class MaxIoUAssigner(MMDetMaxIoUAssigner):
     def assign(self, pred_instances: InstanceData, gt_instances: InstanceData,
                gt_instances_ignore: Optional[InstanceData] = None, **kwargs) -> AssignResult:
         valid = pred_instances.get('valid', None)
+        gt_valid = gt_instances.get('valid', None)
         if self.gpu_assign_thr > 0 or self.perm_repeat_gt_cfg is not None:
-            if valid is not None:
-                raise ValueError('pred_instances.valid: not supported with gpu_assign_thr or '
-                                 'perm_repeat_gt_cfg (those take mmdet\'s code path)')
+            for name, mask in (('pred_instances', valid), ('gt_instances', gt_valid),
+                               ('gt_instances_ignore', _ignore_valid(gt_instances_ignore))):
+                if mask is not None:
+                    raise ValueError(f'{name}.valid: not supported with gpu_assign_thr or '
+                                     'perm_repeat_gt_cfg (those take mmdet\'s code path)')
             return super().assign(pred_instances, gt_instances, gt_instances_ignore, **kwargs)
         priors = pred_instances.priors
         overlaps = self.iou_calculator(gt_instances.bboxes, priors)
@@ -48,9 +61,9 @@ class MaxIoUAssigner(MMDetMaxIoUAssigner):
         if ignored is not None:
             overlaps = overlaps.masked_fill(ignored, -1)
         if valid is not None:
-            _check_valid(valid, overlaps.size(1))
+            _check_valid(valid, overlaps.size(1), 'pred_instances.valid')
             overlaps = overlaps.masked_fill(~valid, -1)
-        result = self.assign_wrt_overlaps(overlaps, gt_instances.labels)
+        result = self.assign_wrt_overlaps(overlaps, gt_instances.labels, gt_valid=gt_valid)
         if valid is not None:  # with no gts every prior is a negative, members or not
             result.gt_inds = torch.where(valid, result.gt_inds, -1)
             if result.labels is not None:
@@ -65,18 +78,27 @@ class MaxIoUAssigner(MMDetMaxIoUAssigner):
         ignore_boxes = gt_instances_ignore.bboxes
         if ignore_boxes.numel() == 0:
             return None
-        if self.ignore_wrt_candidates:
-            ignore_max = self.iou_calculator(priors, ignore_boxes, mode='iof').max(dim=1)[0]
-        else:
-            ignore_max = self.iou_calculator(ignore_boxes, priors, mode='iof').max(dim=0)[0]
-        return ignore_max > self.ignore_iof_thr
+        iof = self.iou_calculator(ignore_boxes, priors, mode='iof') if not \
+            self.ignore_wrt_candidates else self.iou_calculator(priors, ignore_boxes, mode='iof').T
+        ignore_valid = _ignore_valid(gt_instances_ignore)
+        if ignore_valid is not None:  # padding ignore boxes ignore nothing (thr > 0)
+            _check_valid(ignore_valid, iof.size(0), 'gt_instances_ignore.valid')
+            iof = iof.masked_fill(~ignore_valid[:, None], -1)
+        return iof.max(dim=0)[0] > self.ignore_iof_thr
 
-    def assign_wrt_overlaps(self, overlaps: Tensor, gt_labels: Tensor) -> AssignResult:
+    def assign_wrt_overlaps(self, overlaps: Tensor, gt_labels: Tensor,
+                            gt_valid: Optional[Tensor] = None) -> AssignResult:
+        """mmdet's assign_wrt_overlaps; with `gt_valid` ((G,) bool), mmdet's result for the
+        real gts alone (num_gts stays G: the real count would be a value read back)."""
         num_gts, num_bboxes = overlaps.size(0), overlaps.size(1)
+        if gt_valid is not None:
+            _check_valid(gt_valid, num_gts, 'gt_instances.valid')
         if num_gts == 0 or num_bboxes == 0:
             # shape-only branch: mmdet's code waits for nothing there
             return super().assign_wrt_overlaps(overlaps, gt_labels)
         _check_labels(gt_labels, num_gts)
+        if gt_valid is not None:
+            overlaps = overlaps.masked_fill(~gt_valid[:, None], _PADDING_GT_OVERLAP)
 
         max_overlaps, argmax_overlaps = overlaps.max(dim=0)
         gt_max_overlaps, gt_argmax_overlaps = overlaps.max(dim=1)
@@ -94,8 +116,14 @@ class MaxIoUAssigner(MMDetMaxIoUAssigner):
         # 4. low-quality matches overwrite step 3; mmdet writes gt by gt in index order, so
         # where several gts claim a box the highest index wins
         if self.match_low_quality:
-            low_quality = self._low_quality_gt_inds(overlaps, gt_max_overlaps, gt_argmax_overlaps)
+            low_quality = self._low_quality_gt_inds(overlaps, gt_max_overlaps, gt_argmax_overlaps,
+                                                    gt_valid)
             assigned_gt_inds = torch.where(low_quality > 0, low_quality, assigned_gt_inds)
+
+        if gt_valid is not None:  # no real gt: mmdet's no-gt branch, every prior a negative
+            any_gt = gt_valid.any()
+            assigned_gt_inds = torch.where(any_gt, assigned_gt_inds, 0)
+            max_overlaps = torch.where(any_gt, max_overlaps, 0)
 
         assigned_labels = torch.where(
             assigned_gt_inds > 0, gt_labels.long()[(assigned_gt_inds - 1).clamp(min=0)], -1)
@@ -113,11 +141,15 @@ class MaxIoUAssigner(MMDetMaxIoUAssigner):
         return None
 
     def _low_quality_gt_inds(self, overlaps: Tensor, gt_max_overlaps: Tensor,
-                             gt_argmax_overlaps: Tensor) -> Tensor:
-        """Per box, 1 + the highest gt index that claims it in step 4, or 0 if none does."""
+                             gt_argmax_overlaps: Tensor,
+                             gt_valid: Optional[Tensor] = None) -> Tensor:
+        """Per box, 1 + the highest gt index that claims it in step 4, or 0 if none does;
+        padding gts (outside gt_valid) claim nothing, whatever min_pos_iou is."""
         num_gts, num_bboxes = overlaps.shape
         gt_numbers = torch.arange(1, num_gts + 1, device=overlaps.device)
         claims = gt_max_overlaps >= self.min_pos_iou
+        if gt_valid is not None:
+            claims = claims & gt_valid
         if self.gt_max_assign_all:
             # gt i claims every box whose IoU with it equals its maximum
             claimed = (overlaps == gt_max_overlaps[:, None]) & claims[:, None]
@@ -139,8 +171,12 @@ def _check_labels(gt_labels, num_gts: int) -> None:
                          f'{tuple(gt_labels.shape)}')
 
 
-def _check_valid(valid, num_priors: int) -> None:
-    if not isinstance(valid, Tensor) or valid.dtype != torch.bool or valid.shape != (num_priors, ):
-        raise TypeError(f'pred_instances.valid: expected a bool tensor of shape ({num_priors},), '
+def _ignore_valid(gt_instances_ignore: Optional[InstanceData]) -> Optional[Tensor]:
+    return None if gt_instances_ignore is None else gt_instances_ignore.get('valid', None)
+
+
+def _check_valid(valid, count: int, name: str) -> None:
+    if not isinstance(valid, Tensor) or valid.dtype != torch.bool or valid.shape != (count, ):
+        raise TypeError(f'{name}: expected a bool tensor of shape ({count},), '
                         f'got {getattr(valid, "dtype", type(valid).__name__)} of shape '
                         f'{tuple(getattr(valid, "shape", ()))}')

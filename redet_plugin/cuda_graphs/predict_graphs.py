@@ -1,0 +1,151 @@
+"""A whole test forward replayed as one CUDA graph (ReDet's `cuda_graph_predict` option).
+
+The test forward waits for nothing until its last step, the cut of the fixed-size detections
+(models/layers/padded_results.py). Backbone, neck, RPN, proposals, both R-CNN stages and the
+NMS are captured once and replayed with one launch per batch; the cut of the replay's padded
+results is the one read-back of a batch.
+
+One graph per (input shape and dtype, the metainfo the forward turns into Python numbers,
+rescale, grad and inference mode, autocast dtype, module state), up to `max_graphs`, all in one
+memory pool; the first forward of each runs eagerly (lazily built caches: anchors, the
+eval-mode filters). Past `max_graphs`, for inputs not on CUDA, with grad enabled, or after a
+capture failed, the eager forward runs, with one line naming why. A replaced parameter, buffer
+or cached filter makes its graph be captured again.
+"""
+import logging
+import time
+from typing import List, Optional
+
+import torch
+from mmengine.logging import print_log
+from mmengine.structures import InstanceData
+from torch import nn
+
+from ..models.layers.padded_results import keep_padding
+from .module_walk import ModuleWalk
+from .step_graphs import META_KEYS, hashable
+
+__all__ = ["PredictGraphs"]
+
+_CAPTURE_MODE = "thread_local"
+
+
+class _PredictGraph:
+    def __init__(self, model, inputs: torch.Tensor, samples: list, rescale: bool, pool):
+        self.inputs = inputs.clone()
+        self.graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), keep_padding():
+            with torch.cuda.graph(self.graph, pool=pool, stream=side,
+                                  capture_error_mode=_CAPTURE_MODE):
+                self.results = _forward(model, self.inputs, samples, rescale)
+        torch.cuda.current_stream().wait_stream(side)
+
+    def replay(self, inputs: torch.Tensor) -> List[InstanceData]:
+        self.inputs.copy_(inputs)
+        self.graph.replay()
+        # copies: the next replay overwrites the graph's outputs
+        return [InstanceData(metainfo=res.metainfo, **{k: v.clone() for k, v in res.items()})
+                for res in self.results]
+
+
+def _forward(model, inputs, samples, rescale):
+    """TwoStageDetector.predict up to its results (fixed-size, with `valid`)."""
+    x = model.extract_feat(inputs)
+    proposals = model.rpn_head.predict(x, samples, rescale=False)
+    return model.roi_head.predict(x, proposals, samples, rescale=rescale)
+
+
+class PredictGraphs:
+    """The captured test forwards of one model; `predict` returns None where eager runs.
+
+    Args:
+        max_graphs: graphs kept at most (each input shape and image metainfo needs its own).
+    """
+
+    def __init__(self, max_graphs: int = 2):
+        if not isinstance(max_graphs, int) or isinstance(max_graphs, bool) or max_graphs < 1:
+            raise ValueError(f"cuda_graph_predict: max_graphs must be an int >= 1; "
+                             f"got {max_graphs!r}")
+        self.max_graphs = max_graphs
+        self._graphs = {}  # key -> (storage key, _PredictGraph)
+        self._seen = set()
+        self._said = set()
+        self._pool = None
+        self.failed: Optional[str] = None
+
+    def __deepcopy__(self, memo):
+        return PredictGraphs(self.max_graphs)
+
+    def __getstate__(self):
+        return dict(max_graphs=self.max_graphs)
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def __len__(self):
+        return len(self._graphs)
+
+    def predict(self, model: nn.Module, inputs: torch.Tensor, samples: list,
+                rescale: bool) -> Optional[List[InstanceData]]:
+        """The padded results of one batch (cut them with cut_padding), or None: run eager."""
+        reason = self.unsupported(inputs, samples)
+        if reason is not None:
+            self.say(f"eager: {reason}")
+            return None
+        walk = ModuleWalk(model)
+        amp = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
+        key = (tuple(inputs.shape), inputs.dtype, inputs.device, bool(rescale),
+               torch.is_inference_mode_enabled(), amp,
+               tuple(tuple(hashable(s.metainfo.get(k)) for k in META_KEYS) for s in samples),
+               walk.state_key())
+        storage = walk.storage_key()
+        entry = self._graphs.get(key)
+        if entry is None or entry[0] != storage:
+            if entry is None and len(self._graphs) >= self.max_graphs:
+                self.say(f"eager: more than max_graphs={self.max_graphs} input layouts (shape, "
+                         "image metainfo); raise max_graphs to capture more")
+                return None
+            if key not in self._seen:  # a first eager forward builds the lazy caches
+                self._seen.add(key)
+                return None
+            entry = self._capture(key, model, inputs, samples, rescale)
+            if entry is None:
+                return None
+        return entry[1].replay(inputs)
+
+    def unsupported(self, inputs: torch.Tensor, samples: list) -> Optional[str]:
+        if self.failed is not None:
+            return self.failed
+        if not inputs.is_cuda:
+            return "the inputs are not on a CUDA device"
+        if torch.is_grad_enabled():
+            return "grad is enabled (a test forward runs under torch.no_grad())"
+        if any(s.get("proposals", None) is not None for s in samples):
+            return "precomputed proposals"
+        if torch.cuda.is_current_stream_capturing():
+            return "a capture is in progress"
+        return None
+
+    def say(self, message: str, level: int = logging.WARNING) -> None:
+        if message not in self._said:
+            self._said.add(message)
+            print_log(f"cuda_graph_predict: {message}", logger="current", level=level)
+
+    def _capture(self, key, model, inputs, samples, rescale):
+        self._graphs.pop(key, None)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        start = time.perf_counter()
+        try:
+            graph = _PredictGraph(model, inputs, samples, rescale, self._pool)
+        except Exception as error:  # noqa: BLE001 - any capture failure falls back to eager
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            self.failed = f"the capture failed ({type(error).__name__}: {first_line})"
+            self.say(f"eager: {self.failed}")
+            return None
+        self._graphs[key] = (ModuleWalk(model).storage_key(), graph)
+        self.say(f"captured a test forward: inputs {tuple(inputs.shape)} "
+                 f"({time.perf_counter() - start:.1f} s)", logging.INFO)
+        return self._graphs[key]

@@ -1,0 +1,330 @@
+"""A whole training step replayed as one CUDA graph (ReDet's `cuda_graph_step` option).
+
+The model's training step waits for nothing on the host (fixed-size proposals, samples and
+targets), so forward, backward, gradient clipping and the optimizer step can be captured once
+and replayed with one launch per iteration: the host only copies the next batch into the
+graph's inputs.
+
+What a captured step needs, and what it does about it:
+- Fixed shapes. Each image's gts are padded to a capacity (a power of two, at least
+  `min_gt_capacity`) and marked by `gt_instances.valid` (ignored gts likewise); the model then
+  gives the losses of the real gts alone. One graph per (input shape, metainfo, capacity, module state, optimizer
+  hyper-parameters), up to `max_graphs`; all of them share one memory pool (they never run at
+  the same time, and nothing one of them leaves behind is read by another).
+- A learning rate that changes. The param schedulers write Python floats; the captured
+  optimizer step reads lr from a device tensor that each replay fills from the float. SGD is
+  captured as torch's fused SGD kernel (the foreach step's update, with lr rounded to float32);
+  Adam and AdamW as their capturable step, which they keep from then on.
+- Gradient clipping: `clip_grad_norm_`/`clip_grad_value_` run in the graph; the norm is logged
+  through redet_plugin.engine.defer_scalar (read back once per log interval).
+- Warm-up: the first `warmup_iters` steps of each graph's key run eagerly (cuDNN/cuBLAS set-up,
+  lazily built caches, the optimizer's momentum buffers), then the next one is captured.
+
+Anything a graph cannot serve runs the eager step, with one line (once per reason) naming why:
+an optim wrapper other than mmengine's OptimWrapper (AMP loss scaling reads its inf check on
+the host), gradient accumulation, an optimizer other than SGD, Adam and AdamW, SyncBatchNorm,
+inputs not on CUDA, more layouts than `max_graphs`, or a capture that failed (e.g. a hook that
+reads a value): then the error's first line is given and eager steps are used from then on.
+
+Parameters, buffers and optimizer state are read and written in place; one that is replaced
+(`.to()`, a loaded optimizer state) makes its graph be captured again.
+"""
+import logging
+import time
+from typing import Optional
+
+import torch
+from mmengine.logging import print_log
+from mmengine.optim import OptimWrapper
+from mmengine.structures import InstanceData
+from torch import nn
+
+from ..engine import OptimWrapper as RedetOptimWrapper
+from ..engine import defer_scalar
+from ..models.gt_padding import pad_gt_instances
+from .module_walk import ModuleWalk
+
+__all__ = ["StepGraphs"]
+
+_CAPTURE_MODE = "thread_local"  # a data loader's pin-memory thread may keep using CUDA
+_CLIP_FUNCS = (torch.nn.utils.clip_grad_norm_, torch.nn.utils.clip_grad_value_)
+# metainfo that a forward turns into Python numbers (baked into a graph)
+META_KEYS = ("img_shape", "pad_shape", "batch_input_shape", "ori_shape", "scale_factor",
+              "flip", "flip_direction")
+_NOT_BAKED = ("params", "lr", "initial_lr", "foreach", "fused", "capturable")
+_OPTIMIZERS = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
+
+
+_MIN_IGNORED_CAPACITY = 8
+
+
+def gt_capacity(counts, minimum: int) -> int:
+    """The padded gt count of a batch: a power of two, so that few graphs serve all batches."""
+    most = max(max(counts, default=0), minimum, 1)
+    return 1 << (most - 1).bit_length()
+
+
+class _StepGraph:
+    """One captured step: static inputs, the graph, the log values it leaves."""
+
+    def __init__(self, model: nn.Module, inputs: torch.Tensor, samples: list,
+                 optim_wrapper: OptimWrapper, capacity: int, pool):
+        self.capacity = capacity
+        self.inputs = inputs.clone()
+        self.samples = [_padded_sample(s, capacity) for s in samples]
+        optimizer = optim_wrapper.optimizer
+        self.lrs = [torch.tensor(float(g["lr"]), dtype=torch.float32, device=inputs.device)
+                    for g in optimizer.param_groups]
+        # the capture's backward must make new gradients (in the graph's pool), not accumulate
+        # into tensors that the eager steps made and later free
+        optimizer.zero_grad(set_to_none=True)
+        self.graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with _device_lr(optimizer, self.lrs), torch.cuda.stream(side):
+            with torch.cuda.graph(self.graph, pool=pool, stream=side,
+                                  capture_error_mode=_CAPTURE_MODE):
+                self.names, self.values = self._step(model, optim_wrapper)
+        torch.cuda.current_stream().wait_stream(side)
+
+    def _step(self, model, optim_wrapper):
+        """The captured work; the log values stacked, the gradient norm (if clipped) last."""
+        losses = model._run_forward(dict(inputs=self.inputs, data_samples=self.samples),
+                                    mode="loss")
+        loss, log_vars = model.parse_losses(losses)
+        loss.backward()
+        values = [v.detach().float() for v in log_vars.values()]
+        norm = _clip(optim_wrapper)
+        self.norm_key = None if norm is None else f"train/{optim_wrapper.grad_name}"
+        if norm is not None:
+            values.append(norm.detach().float())
+        optim_wrapper.optimizer.step()
+        optim_wrapper.optimizer.zero_grad(set_to_none=True)
+        return list(log_vars), torch.stack(values)
+
+    def replay(self, inputs: torch.Tensor, samples: list, optimizer) -> dict:
+        self.inputs.copy_(inputs)
+        for static, sample in zip(self.samples, samples):
+            for field, padded in _padded_instances(sample, self.capacity).items():
+                _copy_fields(static.get(field), padded)
+        for lr, group in zip(self.lrs, optimizer.param_groups):
+            lr.fill_(group["lr"])
+        self.graph.replay()
+        # a copy: the next replay overwrites the graph's values while the logger may keep these
+        values = self.values.clone().unbind()
+        if self.norm_key is not None:
+            defer_scalar(self.norm_key, values[-1])
+        return dict(zip(self.names, values))
+
+
+class StepGraphs:
+    """The captured training steps of one model; `train_step` returns None where eager runs.
+
+    Args:
+        max_graphs: graphs kept at most (each batch layout that differs in input shape,
+            metainfo or gt capacity needs its own).
+        warmup_iters: eager steps of each layout before its capture.
+        min_gt_capacity: the smallest padded gt count.
+    """
+
+    def __init__(self, max_graphs: int = 2, warmup_iters: int = 2, min_gt_capacity: int = 64):
+        for name, value, least in (("max_graphs", max_graphs, 1),
+                                   ("warmup_iters", warmup_iters, 1),
+                                   ("min_gt_capacity", min_gt_capacity, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"cuda_graph_step: {name} must be an int >= {least}; "
+                                 f"got {value!r}")
+        self.max_graphs, self.warmup_iters = max_graphs, warmup_iters
+        self.min_gt_capacity = min_gt_capacity
+        self._graphs = {}     # key -> (storage key, _StepGraph)
+        self._eager_runs = {}  # key -> eager steps so far
+        self._said = set()
+        self._pool = None
+        self.failed: Optional[str] = None
+
+    # a copy of the model (deepcopy for EMA, pickling) starts without graphs
+    def __deepcopy__(self, memo):
+        return StepGraphs(self.max_graphs, self.warmup_iters, self.min_gt_capacity)
+
+    def __getstate__(self):
+        return dict(max_graphs=self.max_graphs, warmup_iters=self.warmup_iters,
+                    min_gt_capacity=self.min_gt_capacity)
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def __len__(self):
+        return len(self._graphs)
+
+    def train_step(self, model: nn.Module, inputs: torch.Tensor, samples: list,
+                   optim_wrapper) -> Optional[dict]:
+        """One step on preprocessed inputs; the log values, or None: run the eager step."""
+        walk = ModuleWalk(model)
+        reason = self.unsupported(inputs, optim_wrapper, walk)
+        if reason is not None:
+            self.say(f"eager: {reason}")
+            return None
+        capacity = (gt_capacity([len(s.gt_instances) for s in samples], self.min_gt_capacity),
+                    gt_capacity([len(s.get("ignored_instances", ())) for s in samples],
+                                 _MIN_IGNORED_CAPACITY))
+        key = (tuple(inputs.shape), inputs.dtype, inputs.device, capacity,
+               tuple(_meta_key(s) for s in samples), walk.state_key(),
+               _hyper_key(optim_wrapper.optimizer))
+        storage = walk.storage_key() + _state_storage(optim_wrapper.optimizer)
+        entry = self._graphs.get(key)
+        if entry is None or entry[0] != storage:
+            if entry is None and len(self._graphs) >= self.max_graphs:
+                self.say(f"eager: more than max_graphs={self.max_graphs} batch layouts (input "
+                         "shape, image metainfo, gt capacity); raise max_graphs to capture more")
+                return None
+            runs = self._eager_runs.get(key, 0)
+            if runs < self.warmup_iters:
+                self._eager_runs[key] = runs + 1
+                return None
+            entry = self._capture(key, model, inputs, samples, optim_wrapper,
+                                  capacity)
+            if entry is None:
+                return None
+        log_vars = entry[1].replay(inputs, samples, optim_wrapper.optimizer)
+        optim_wrapper._inner_count += 1  # (what the eager backward counts)
+        return log_vars
+
+    def unsupported(self, inputs: torch.Tensor, optim_wrapper, walk: ModuleWalk):
+        """Why a graph cannot serve this step, or None."""
+        if self.failed is not None:
+            return self.failed
+        if type(optim_wrapper) not in (OptimWrapper, RedetOptimWrapper):
+            return (f"{type(optim_wrapper).__name__}: only a plain OptimWrapper is captured "
+                    "(AMP loss scaling reads its inf check on the host)")
+        if optim_wrapper._accumulative_counts != 1:
+            return "gradient accumulation (accumulative_counts > 1)"
+        if type(optim_wrapper.optimizer) not in _OPTIMIZERS:
+            return (f"{type(optim_wrapper.optimizer).__name__}: only SGD, Adam and AdamW steps "
+                    "are captured")
+        if optim_wrapper.clip_grad_kwargs:
+            if optim_wrapper.clip_func not in _CLIP_FUNCS:
+                return f"gradient clipping by {optim_wrapper.clip_func!r}"
+            if optim_wrapper.clip_grad_kwargs.get("error_if_nonfinite", False):
+                return "clip_grad error_if_nonfinite=True reads the norm on the host"
+        if walk.has_collectives():
+            return "SyncBatchNorm communicates in its forward"
+        if not inputs.is_cuda:
+            return "the inputs are not on a CUDA device"
+        if torch.cuda.is_current_stream_capturing():
+            return "a capture is in progress"
+        return None
+
+    def say(self, message: str, level: int = logging.WARNING) -> None:
+        if message not in self._said:
+            self._said.add(message)
+            print_log(f"cuda_graph_step: {message}", logger="current", level=level)
+
+    def _capture(self, key, model, inputs, samples, optim_wrapper, capacity):
+        self._graphs.pop(key, None)  # (frees a stale graph before capturing its successor)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        start = time.perf_counter()
+        try:
+            graph = _StepGraph(model, inputs, samples, optim_wrapper, capacity, self._pool)
+        except Exception as error:  # noqa: BLE001 - any capture failure falls back to eager
+            optim_wrapper.optimizer.zero_grad(set_to_none=True)  # (gradients of the capture)
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            self.failed = f"the capture failed ({type(error).__name__}: {first_line})"
+            self.say(f"eager: {self.failed}")
+            return None
+        # (the storage read after the capture: it made nothing new, unless something was lazy)
+        self._graphs[key] = (ModuleWalk(model).storage_key()
+                             + _state_storage(optim_wrapper.optimizer), graph)
+        self.say(f"captured a training step: inputs {tuple(inputs.shape)}, up to {capacity[0]} "
+                 f"gts per image ({time.perf_counter() - start:.1f} s)", logging.INFO)
+        return self._graphs[key]
+
+
+class _device_lr:
+    """During the capture, the param groups read lr from device tensors. SGD: torch's fused
+    kernel takes a float32 device lr (the foreach step would read it back on the host). Adam,
+    AdamW: their capturable step, which keeps its step counts on the device; it stays on after
+    the capture (the eager step without it reads every count back)."""
+
+    def __init__(self, optimizer, lrs):
+        self.optimizer, self.lrs = optimizer, lrs
+
+    def __enter__(self):
+        groups = self.optimizer.param_groups
+        self.saved = [(g["lr"], g.get("foreach"), g.get("fused")) for g in groups]
+        for group, lr in zip(groups, self.lrs):
+            group["lr"] = lr
+            if isinstance(self.optimizer, torch.optim.SGD):
+                group.update(foreach=False, fused=True)
+            else:
+                group["capturable"] = True
+                for p in group["params"]:
+                    state = self.optimizer.state.get(p, {})
+                    if isinstance(state.get("step"), torch.Tensor):
+                        state["step"] = state["step"].to(lr.device, torch.float32)
+
+    def __exit__(self, *exc):
+        for group, (lr, foreach, fused) in zip(self.optimizer.param_groups, self.saved):
+            group.update(lr=lr, foreach=foreach, fused=fused)
+
+
+def _clip(optim_wrapper) -> Optional[torch.Tensor]:
+    """mmengine's OptimWrapper._clip_grad without its float() of the norm."""
+    if not optim_wrapper.clip_grad_kwargs:
+        return None
+    params = [p for g in optim_wrapper.optimizer.param_groups for p in g["params"]
+              if p.requires_grad and p.grad is not None]
+    if not params:
+        return None
+    return optim_wrapper.clip_func(params, **optim_wrapper.clip_grad_kwargs)
+
+
+def _padded_instances(sample, capacity: tuple) -> dict:
+    """The sample's gt_instances and ignored_instances (when it has boxes) padded to the
+    capacities (gts, ignored gts)."""
+    padded = dict(gt_instances=pad_gt_instances(sample.gt_instances, capacity[0]))
+    ignored = sample.get("ignored_instances", None)
+    if ignored is not None and "bboxes" in ignored:
+        padded["ignored_instances"] = pad_gt_instances(ignored, capacity[1])
+    return padded
+
+
+def _padded_sample(sample, capacity: tuple):
+    """A copy of a data sample with padded instances (the graph's static gts: each replay
+    copies the next batch's gts into them)."""
+    static = sample.clone()
+    for field, padded in _padded_instances(sample, capacity).items():
+        setattr(static, field, padded)
+    return static
+
+
+def _copy_fields(static: InstanceData, new: InstanceData) -> None:
+    for key, value in static.items():
+        _tensor(value).copy_(_tensor(new[key]))
+
+
+def _tensor(value):
+    return value.tensor if hasattr(value, "tensor") else value  # (mmdet box types)
+
+
+def _meta_key(sample) -> tuple:
+    return tuple(hashable(sample.metainfo.get(k)) for k in META_KEYS)
+
+
+def hashable(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(hashable(v) for v in value)
+    if hasattr(value, "tolist"):  # numpy scale factors
+        return hashable(value.tolist())
+    return value
+
+
+def _hyper_key(optimizer) -> tuple:
+    """The param groups' settings that a graph bakes in (lr is read from the device)."""
+    return tuple(tuple(sorted((k, hashable(v)) for k, v in g.items() if k not in _NOT_BAKED))
+                 for g in optimizer.param_groups)
+
+
+def _state_storage(optimizer) -> tuple:
+    return tuple(t.data_ptr() for state in optimizer.state.values() for t in state.values()
+                 if isinstance(t, torch.Tensor))

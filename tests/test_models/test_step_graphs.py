@@ -1,0 +1,222 @@
+"""ReDet's `cuda_graph_step`: the whole training step replayed as one CUDA graph.
+
+CPU: the option, the reasons for running eagerly, the eager fallback's results. GPU: captured
+steps give the eager steps' parameters, follow the lr schedule, wait for nothing, and capture
+again or run eagerly where they must.
+"""
+import copy
+
+import pytest
+import torch
+from mmengine.optim import OptimWrapper
+
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
+from redet_plugin.cuda_graphs import StepGraphs
+from redet_plugin.cuda_graphs.step_graphs import gt_capacity
+from tests._helpers import full_fp32, make_samples, tiny_detector
+
+
+def _detector(device='cpu', **step_options):
+    model = tiny_detector(device)
+    model.step_graphs = StepGraphs(**step_options)
+    return model.train()
+
+
+def _batch(device='cpu', num_boxes=(3, 0), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    images = [torch.randint(0, 256, (3, 128, 128), generator=g, dtype=torch.uint8).to(device)
+              for _ in range(2)]
+    return dict(inputs=images, data_samples=[s.to(device) for s in make_samples(
+        num_boxes=num_boxes)])
+
+
+def _wrapper(model, optimizer='SGD', **kwargs):
+    params = model.parameters()
+    opt = (torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=1e-4)
+           if optimizer == 'SGD' else getattr(torch.optim, optimizer)(params, lr=1e-3))
+    return OptimWrapper(opt, clip_grad=dict(max_norm=35, norm_type=2), **kwargs)
+
+
+@pytest.fixture
+def log_lines(monkeypatch):
+    """The lines StepGraphs logs (through mmengine's print_log)."""
+    from redet_plugin.cuda_graphs import step_graphs
+    lines = []
+    monkeypatch.setattr(step_graphs, 'print_log', lambda msg, **kwargs: lines.append(msg))
+    return lambda: list(lines)
+
+
+def test_gt_capacity_is_a_power_of_two_at_least_the_minimum():
+    assert gt_capacity([3, 0], 64) == 64
+    assert gt_capacity([], 16) == 16
+    assert gt_capacity([65, 2], 64) == 128
+    assert gt_capacity([128], 64) == 128
+    assert gt_capacity([129], 1) == 256
+
+
+def test_option_builds_step_graphs_or_refuses_clearly():
+    from mmdet.registry import MODELS
+    from mmdet.utils import register_all_modules
+    from tests._helpers import tiny_model_cfg
+    register_all_modules(init_default_scope=True)
+
+    def build(option):
+        return MODELS.build(tiny_model_cfg() | dict(cuda_graph_step=option))
+
+    assert build(False).step_graphs is None
+    assert isinstance(build(True).step_graphs, StepGraphs)
+    assert build(dict(max_graphs=3)).step_graphs.max_graphs == 3
+    with pytest.raises(TypeError, match='cuda_graph_step: expected a bool or a dict'):
+        build('yes')
+    with pytest.raises(ValueError, match='cuda_graph_step: min_gt_capacity must be an int >= 1'):
+        StepGraphs(min_gt_capacity=0)
+
+
+class _OtherWrapper(OptimWrapper):
+    pass
+
+
+@pytest.mark.parametrize('case, reason', [
+    ('wrapper', '_OtherWrapper: only a plain OptimWrapper is captured'),
+    ('accumulation', 'gradient accumulation'),
+    ('optimizer', 'Adagrad: only SGD, Adam and AdamW steps are captured'),
+    ('device', 'the inputs are not on a CUDA device'),
+])
+def test_unsupported_steps_name_their_reason(case, reason):
+    from redet_plugin.cuda_graphs.module_walk import ModuleWalk
+    model = tiny_detector()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    wrapper = {'wrapper': lambda: _OtherWrapper(opt),
+               'accumulation': lambda: OptimWrapper(opt, accumulative_counts=2),
+               'optimizer': lambda: OptimWrapper(torch.optim.Adagrad(model.parameters())),
+               'device': lambda: OptimWrapper(opt)}[case]()
+    said = StepGraphs().unsupported(torch.zeros(1), wrapper, ModuleWalk(model))
+    assert said is not None and said.startswith(reason)
+
+
+def test_eager_fallback_is_the_plain_train_step(log_lines):
+    """On the CPU the option changes nothing but one line in the log."""
+    results = []
+    for with_graphs in (False, True):
+        model = _detector()
+        if not with_graphs:
+            model.step_graphs = None
+        wrapper = _wrapper(model)
+        torch.manual_seed(1)
+        log_vars = [model.train_step(_batch(seed=i), wrapper) for i in range(2)]
+        results.append((log_vars, [p.detach().clone() for p in model.parameters()]))
+    (ref_logs, ref_params), (logs, params) = results
+    for ref, ours in zip(ref_logs, logs):
+        assert ref.keys() == ours.keys()
+        for key in ref:
+            torch.testing.assert_close(ours[key], ref[key], rtol=0, atol=0)
+    for ref, ours in zip(ref_params, params):
+        torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+    assert log_lines() == ['cuda_graph_step: eager: the inputs are not on a CUDA device']
+
+
+def test_capture_lr_context_restores_the_param_groups():
+    from redet_plugin.cuda_graphs.step_graphs import _device_lr
+    model = torch.nn.Linear(3, 2)
+    for opt, device_key in ((torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), 'fused'),
+                            (torch.optim.AdamW(model.parameters(), lr=0.1), 'capturable')):
+        model(torch.randn(4, 3)).sum().backward()
+        opt.step()
+        before = dict(opt.param_groups[0])
+        lr = torch.tensor(0.2)
+        with _device_lr(opt, [lr]):
+            assert opt.param_groups[0]['lr'] is lr and opt.param_groups[0][device_key]
+        assert opt.param_groups[0]['lr'] == before['lr'] == 0.1
+        if device_key == 'fused':
+            assert opt.param_groups[0]['fused'] == before['fused']
+
+
+# ---- on the GPU ---------------------------------------------------------------------------------
+def _padded_eager_and_captured(num_steps, batches, lrs=None, optimizer='SGD'):
+    """Parameters after `num_steps` eager steps on gts padded as the graph pads them, and after
+    the same steps with cuda_graph_step (1 eager warm-up step, then captured ones)."""
+    from redet_plugin.models.gt_padding import pad_gt_instances
+    out = []
+    for captured in (False, True):
+        model = _detector('cuda', warmup_iters=1, min_gt_capacity=16)
+        if not captured:
+            model.step_graphs = None
+        wrapper = _wrapper(model, optimizer)
+        logs = []
+        for step in range(num_steps):
+            data = copy.deepcopy(batches[step % len(batches)])
+            if not captured and step > 0:  # (step 0: the graphs' eager warm-up, unpadded)
+                # the graph's padding, so that both draw the same random numbers
+                for sample in data['data_samples']:
+                    sample.gt_instances = pad_gt_instances(sample.gt_instances, 16)
+            if lrs is not None:
+                for group in wrapper.optimizer.param_groups:
+                    group['lr'] = lrs[step]
+            torch.cuda.manual_seed(100 + step)
+            logs.append(model.train_step(data, wrapper))
+        out.append((model, logs))
+    return out
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('optimizer', ['SGD', 'AdamW'])
+def test_captured_steps_give_the_eager_parameters(optimizer, log_lines):
+    batches = [_batch('cuda', (3, 5), seed=0), _batch('cuda', (7, 1), seed=1)]
+    lrs = [0.01, 0.01, 0.005, 0.02]  # a schedule: each replay reads the group's lr
+    if optimizer == 'AdamW':
+        lrs = [lr / 10 for lr in lrs]
+    with full_fp32():
+        (eager, eager_logs), (graphed, graphed_logs) = _padded_eager_and_captured(
+            4, batches, lrs, optimizer)
+    assert len(graphed.step_graphs) == 1
+    assert any('captured a training step' in line for line in log_lines())
+    for ref, ours in zip(eager_logs, graphed_logs):
+        assert ref.keys() == ours.keys()
+        for key in ref:
+            torch.testing.assert_close(ours[key], ref[key], rtol=1e-4, atol=1e-5)
+    for (name, ref), ours in zip(eager.state_dict().items(), graphed.state_dict().values()):
+        torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-5, msg=name)
+    # the steps changed the parameters (a comparison of untouched models proves nothing)
+    fresh = tiny_detector('cuda').state_dict()
+    assert any(not torch.equal(fresh[k], v) for k, v in graphed.state_dict().items())
+
+
+@pytest.mark.cuda
+def test_a_replayed_step_waits_for_nothing():
+    model = _detector('cuda', warmup_iters=1)
+    wrapper = _wrapper(model)
+    for seed in range(3):
+        model.train_step(_batch('cuda', seed=seed), wrapper)
+    assert len(model.step_graphs) == 1
+    data = _batch('cuda', (4, 2), seed=5)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        log_vars = model.train_step(data, wrapper)
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
+    assert all(torch.isfinite(v) for v in log_vars.values())
+
+
+@pytest.mark.cuda
+def test_more_gts_than_capacity_capture_again_or_run_eagerly(log_lines):
+    model = _detector('cuda', warmup_iters=1, min_gt_capacity=4, max_graphs=1)
+    wrapper = _wrapper(model)
+    for seed in range(3):
+        model.train_step(_batch('cuda', (3, 1), seed=seed), wrapper)
+    assert len(model.step_graphs) == 1
+    model.train_step(_batch('cuda', (9, 1), seed=3), wrapper)  # capacity 16: a second layout
+    assert len(model.step_graphs) == 1
+    assert any('more than max_graphs=1' in line for line in log_lines())
+
+
+@pytest.mark.cuda
+def test_a_replaced_optimizer_state_is_captured_again():
+    model = _detector('cuda', warmup_iters=1)
+    wrapper = _wrapper(model)
+    for seed in range(3):
+        model.train_step(_batch('cuda', seed=seed), wrapper)
+    old_graph = next(iter(model.step_graphs._graphs.values()))[1]
+    wrapper.optimizer.load_state_dict(copy.deepcopy(wrapper.optimizer.state_dict()))
+    model.train_step(_batch('cuda', seed=4), wrapper)
+    assert next(iter(model.step_graphs._graphs.values()))[1] is not old_graph
