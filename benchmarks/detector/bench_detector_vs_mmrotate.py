@@ -10,8 +10,9 @@ from scratch, then a test on the val split, each through its project's own tools
                 (configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py)
   ours_dist2    tools/dist_train.sh on 2 GPUs (batch 2 per GPU), skipped with fewer GPUs
   ours_eager    ours with model.cuda_graph_features=False (backbone + neck not as CUDA graphs)
-  ours_graph    ours with model.cuda_graph_step=True (the whole training step as one CUDA graph;
-                cuda_graph_features off: its eager warm-up steps need no graphs of their own)
+  ours_graph    ours with model.cuda_graph_step=True and, at test, cuda_graph_predict=True (the
+                whole training step / test forward as one CUDA graph; cuda_graph_features off:
+                the eager warm-up steps need no graphs of their own)
 Diagnostics, only with --runs: ours_profile and ours_amp_profile train as ours and ours_amp with
 mmengine's ProfilerHook on the last iterations, untimed and untested; their JSON holds the
 profiler's table (ops by self CPU time, CUDA time beside).
@@ -310,6 +311,8 @@ def commands(run, config, work_dir, test_dir, iters):
         test += ['--cfg-options', 'model.cuda_graph_features=False']
     if run == 'ours_graph':
         train += ['--cfg-options', 'model.cuda_graph_step=True', 'model.cuda_graph_features=False']
+        test += ['--cfg-options', 'model.cuda_graph_predict=True',
+                 'model.cuda_graph_features=False']
     return train, test, {}
 
 
