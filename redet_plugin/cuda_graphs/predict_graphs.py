@@ -22,25 +22,23 @@ from mmengine.structures import InstanceData
 from torch import nn
 
 from ..models.layers.padded_results import keep_padding
+from .capture import capturing
 from .module_walk import ModuleWalk
-from .step_graphs import META_KEYS, hashable
+from .step_graphs import hashable
 
 __all__ = ["PredictGraphs"]
 
-_CAPTURE_MODE = "thread_local"
+# metainfo that a test forward turns into Python numbers (baked into a graph): box decoding
+# and clipping read the image's shape, rescaling its scale factor
+PREDICT_META_KEYS = ("img_shape", "pad_shape", "batch_input_shape", "ori_shape", "scale_factor")
 
 
 class _PredictGraph:
     def __init__(self, model, inputs: torch.Tensor, samples: list, rescale: bool, pool):
         self.inputs = inputs.clone()
         self.graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), keep_padding():
-            with torch.cuda.graph(self.graph, pool=pool, stream=side,
-                                  capture_error_mode=_CAPTURE_MODE):
-                self.results = _forward(model, self.inputs, samples, rescale)
-        torch.cuda.current_stream().wait_stream(side)
+        with keep_padding(), capturing(self.graph, pool):
+            self.results = _forward(model, self.inputs, samples, rescale)
 
     def replay(self, inputs: torch.Tensor) -> List[InstanceData]:
         self.inputs.copy_(inputs)
@@ -98,7 +96,8 @@ class PredictGraphs:
         amp = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
         key = (tuple(inputs.shape), inputs.dtype, inputs.device, bool(rescale),
                torch.is_inference_mode_enabled(), amp,
-               tuple(tuple(hashable(s.metainfo.get(k)) for k in META_KEYS) for s in samples),
+               tuple(tuple(hashable(s.metainfo.get(k)) for k in PREDICT_META_KEYS)
+                     for s in samples),
                walk.state_key())
         storage = walk.storage_key()
         entry = self._graphs.get(key)

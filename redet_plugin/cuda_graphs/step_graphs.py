@@ -42,15 +42,15 @@ from torch import nn
 from ..engine import OptimWrapper as RedetOptimWrapper
 from ..engine import defer_scalar
 from ..models.gt_padding import pad_gt_instances
+from .capture import capturing
 from .module_walk import ModuleWalk
 
 __all__ = ["StepGraphs"]
 
-_CAPTURE_MODE = "thread_local"  # a data loader's pin-memory thread may keep using CUDA
 _CLIP_FUNCS = (torch.nn.utils.clip_grad_norm_, torch.nn.utils.clip_grad_value_)
-# metainfo that a forward turns into Python numbers (baked into a graph)
-META_KEYS = ("img_shape", "pad_shape", "batch_input_shape", "ori_shape", "scale_factor",
-              "flip", "flip_direction")
+# metainfo that a training step turns into Python numbers (baked into a graph): anchors'
+# validity, proposal clipping and box decoding read the image's shape
+TRAIN_META_KEYS = ("img_shape", "pad_shape", "batch_input_shape")
 _NOT_BAKED = ("params", "lr", "initial_lr", "foreach", "fused", "capturable")
 _OPTIMIZERS = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
 
@@ -79,13 +79,8 @@ class _StepGraph:
         # into tensors that the eager steps made and later free
         optimizer.zero_grad(set_to_none=True)
         self.graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with _device_lr(optimizer, self.lrs), torch.cuda.stream(side):
-            with torch.cuda.graph(self.graph, pool=pool, stream=side,
-                                  capture_error_mode=_CAPTURE_MODE):
-                self.names, self.values = self._step(model, optim_wrapper)
-        torch.cuda.current_stream().wait_stream(side)
+        with _device_lr(optimizer, self.lrs), capturing(self.graph, pool):
+            self.names, self.values = self._step(model, optim_wrapper)
 
     def _step(self, model, optim_wrapper):
         """The captured work; the log values stacked, the gradient norm (if clipped) last."""
@@ -127,7 +122,7 @@ class StepGraphs:
         min_gt_capacity: the smallest padded gt count.
     """
 
-    def __init__(self, max_graphs: int = 2, warmup_iters: int = 2, min_gt_capacity: int = 64):
+    def __init__(self, max_graphs: int = 4, warmup_iters: int = 2, min_gt_capacity: int = 64):
         for name, value, least in (("max_graphs", max_graphs, 1),
                                    ("warmup_iters", warmup_iters, 1),
                                    ("min_gt_capacity", min_gt_capacity, 1)):
@@ -308,7 +303,7 @@ def _tensor(value):
 
 
 def _meta_key(sample) -> tuple:
-    return tuple(hashable(sample.metainfo.get(k)) for k in META_KEYS)
+    return tuple(hashable(sample.metainfo.get(k)) for k in TRAIN_META_KEYS)
 
 
 def hashable(value):

@@ -1,5 +1,6 @@
 """Registers the model components in mmdet's registries (one import per subpackage or module)."""
 from . import backbones  # noqa: F401
+from . import data_preprocessors  # noqa: F401
 from . import dense_heads  # noqa: F401
 from . import losses  # noqa: F401
 from . import necks  # noqa: F401

@@ -70,6 +70,7 @@ def test_replays_give_the_eager_detections_and_wait_only_for_the_cut(log_lines):
     with torch.no_grad():
         for seed in range(3):  # eager (caches), capture + replay, replay
             model.predict(_inputs('cuda', seed), _samples('cuda'))
+        assert model.predict_graphs.failed is None, model.predict_graphs.failed
         assert len(model.predict_graphs) == 1
         assert any('captured a test forward' in line for line in log_lines())
         inputs, samples = _inputs('cuda', 7), _samples('cuda')

@@ -154,6 +154,8 @@ def _padded_eager_and_captured(num_steps, batches, lrs=None, optimizer='SGD'):
                     group['lr'] = lrs[step]
             torch.cuda.manual_seed(100 + step)
             logs.append(model.train_step(data, wrapper))
+        if captured:
+            assert model.step_graphs.failed is None, model.step_graphs.failed
         out.append((model, logs))
     return out
 
@@ -187,7 +189,7 @@ def test_a_replayed_step_waits_for_nothing():
     wrapper = _wrapper(model)
     for seed in range(3):
         model.train_step(_batch('cuda', seed=seed), wrapper)
-    assert len(model.step_graphs) == 1
+    assert model.step_graphs.failed is None and len(model.step_graphs) == 1
     data = _batch('cuda', (4, 2), seed=5)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode('error')
@@ -220,3 +222,18 @@ def test_a_replaced_optimizer_state_is_captured_again():
     wrapper.optimizer.load_state_dict(copy.deepcopy(wrapper.optimizer.state_dict()))
     model.train_step(_batch('cuda', seed=4), wrapper)
     assert next(iter(model.step_graphs._graphs.values()))[1] is not old_graph
+
+
+@pytest.mark.cuda
+def test_a_failed_capture_runs_eagerly_and_leaves_random_numbers_working(log_lines):
+    model = _detector('cuda', warmup_iters=1)
+    # a hook that reads a value back: legal eagerly, impossible inside a capture
+    model.rpn_head.register_forward_hook(lambda module, args, out: float(out[0][0].sum()))
+    wrapper = _wrapper(model)
+    for seed in range(3):
+        log_vars = model.train_step(_batch('cuda', seed=seed), wrapper)
+    assert len(model.step_graphs) == 0
+    assert model.step_graphs.failed.startswith('the capture failed')
+    assert any('eager: the capture failed' in line for line in log_lines())
+    assert all(torch.isfinite(v) for v in log_vars.values())
+    torch.rand(4, device='cuda')  # the default generator is not left capturing

@@ -1,0 +1,31 @@
+"""Capturing a CUDA graph so that a capture that fails leaves the process usable."""
+import contextlib
+
+import torch
+
+__all__ = ["capturing"]
+
+CAPTURE_MODE = "thread_local"  # a data loader's pin-memory thread may keep using CUDA
+
+
+@contextlib.contextmanager
+def capturing(graph: torch.cuda.CUDAGraph, pool):
+    """Captures the block's work into `graph` (memory from `pool`), on a side stream.
+
+    A capture that fails ends without its generator epilogue: torch's default CUDA generator
+    stays marked as capturing, and every later random draw of the process raises ("Offset
+    increment outside graph capture"). Its state from before the capture is put back.
+    """
+    generator = torch.cuda.default_generators[torch.cuda.current_device()]
+    saved = generator.clone_state()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(side), torch.cuda.graph(graph, pool=pool, stream=side,
+                                                       capture_error_mode=CAPTURE_MODE):
+            yield
+    except BaseException:
+        generator.graphsafe_set_state(saved)
+        raise
+    finally:
+        torch.cuda.current_stream().wait_stream(side)

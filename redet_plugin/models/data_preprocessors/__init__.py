@@ -1,0 +1,4 @@
+"""Data preprocessors (mmdet MODELS)."""
+from .det_data_preprocessor import DetDataPreprocessor
+
+__all__ = ['DetDataPreprocessor']
