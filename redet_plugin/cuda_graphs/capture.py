@@ -1,9 +1,11 @@
 """Capturing a CUDA graph so that a capture that fails leaves the process usable."""
 import contextlib
+import os.path as osp
+import traceback
 
 import torch
 
-__all__ = ["capturing"]
+__all__ = ["capturing", "failure_reason"]
 
 CAPTURE_MODE = "thread_local"  # a data loader's pin-memory thread may keep using CUDA
 
@@ -29,3 +31,14 @@ def capturing(graph: torch.cuda.CUDAGraph, pool):
         raise
     finally:
         torch.cuda.current_stream().wait_stream(side)
+
+
+def failure_reason(error: BaseException) -> str:
+    """One line for the log: the error's first line and where it was raised (outside torch's
+    and this module's capture machinery)."""
+    first = (str(error).strip().splitlines() or [""])[0]
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if not f.filename.endswith((osp.join("torch", "cuda", "graphs.py"), "contextlib.py",
+                                          osp.join("cuda_graphs", "capture.py")))]
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"the capture failed ({type(error).__name__}: {first}{where})"

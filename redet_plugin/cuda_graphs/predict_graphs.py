@@ -22,7 +22,7 @@ from mmengine.structures import InstanceData
 from torch import nn
 
 from ..models.layers.padded_results import keep_padding
-from .capture import capturing
+from .capture import capturing, failure_reason
 from .module_walk import ModuleWalk
 from .step_graphs import hashable
 
@@ -140,8 +140,7 @@ class PredictGraphs:
         try:
             graph = _PredictGraph(model, inputs, samples, rescale, self._pool)
         except Exception as error:  # noqa: BLE001 - any capture failure falls back to eager
-            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            self.failed = f"the capture failed ({type(error).__name__}: {first_line})"
+            self.failed = failure_reason(error)
             self.say(f"eager: {self.failed}")
             return None
         self._graphs[key] = (ModuleWalk(model).storage_key(), graph)

@@ -42,7 +42,7 @@ from torch import nn
 from ..engine import OptimWrapper as RedetOptimWrapper
 from ..engine import defer_scalar
 from ..models.gt_padding import pad_gt_instances
-from .capture import capturing
+from .capture import capturing, failure_reason
 from .module_walk import ModuleWalk
 
 __all__ = ["StepGraphs"]
@@ -55,7 +55,7 @@ _NOT_BAKED = ("params", "lr", "initial_lr", "foreach", "fused", "capturable")
 _OPTIMIZERS = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
 
 
-_MIN_IGNORED_CAPACITY = 8
+_MIN_IGNORED_CAPACITY = 32
 
 
 def gt_capacity(counts, minimum: int) -> int:
@@ -223,15 +223,15 @@ class StepGraphs:
             graph = _StepGraph(model, inputs, samples, optim_wrapper, capacity, self._pool)
         except Exception as error:  # noqa: BLE001 - any capture failure falls back to eager
             optim_wrapper.optimizer.zero_grad(set_to_none=True)  # (gradients of the capture)
-            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            self.failed = f"the capture failed ({type(error).__name__}: {first_line})"
+            self.failed = failure_reason(error)
             self.say(f"eager: {self.failed}")
             return None
         # (the storage read after the capture: it made nothing new, unless something was lazy)
         self._graphs[key] = (ModuleWalk(model).storage_key()
                              + _state_storage(optim_wrapper.optimizer), graph)
         self.say(f"captured a training step: inputs {tuple(inputs.shape)}, up to {capacity[0]} "
-                 f"gts per image ({time.perf_counter() - start:.1f} s)", logging.INFO)
+                 f"gts and {capacity[1]} ignored gts per image "
+                 f"({time.perf_counter() - start:.1f} s)", logging.INFO)
         return self._graphs[key]
 
 

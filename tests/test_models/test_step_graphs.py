@@ -8,12 +8,14 @@ import copy
 
 import pytest
 import torch
+from mmengine.logging import MessageHub
 from mmengine.optim import OptimWrapper
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.cuda_graphs import StepGraphs
 from redet_plugin.cuda_graphs.step_graphs import gt_capacity
-from tests._helpers import full_fp32, make_samples, tiny_detector
+from redet_plugin.engine.deferred_scalars import attach_queue, detach_queue
+from tests._helpers import make_samples, tiny_detector
 
 
 def _detector(device='cpu', **step_options):
@@ -167,9 +169,8 @@ def test_captured_steps_give_the_eager_parameters(optimizer, log_lines):
     lrs = [0.01, 0.01, 0.005, 0.02]  # a schedule: each replay reads the group's lr
     if optimizer == 'AdamW':
         lrs = [lr / 10 for lr in lrs]
-    with full_fp32():
-        (eager, eager_logs), (graphed, graphed_logs) = _padded_eager_and_captured(
-            4, batches, lrs, optimizer)
+    (eager, eager_logs), (graphed, graphed_logs) = _padded_eager_and_captured(
+        4, batches, lrs, optimizer)
     assert len(graphed.step_graphs) == 1
     assert any('captured a training step' in line for line in log_lines())
     for ref, ours in zip(eager_logs, graphed_logs):
@@ -191,12 +192,15 @@ def test_a_replayed_step_waits_for_nothing():
         model.train_step(_batch('cuda', seed=seed), wrapper)
     assert model.step_graphs.failed is None and len(model.step_graphs) == 1
     data = _batch('cuda', (4, 2), seed=5)
+    hub = MessageHub.get_current_instance()
+    attach_queue(hub)  # as RedetRuntimeInfoHook does: the gradient norm waits unread
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode('error')
     try:
         log_vars = model.train_step(data, wrapper)
     finally:
         torch.cuda.set_sync_debug_mode('default')
+        detach_queue(hub)
     assert all(torch.isfinite(v) for v in log_vars.values())
 
 
@@ -227,13 +231,16 @@ def test_a_replaced_optimizer_state_is_captured_again():
 @pytest.mark.cuda
 def test_a_failed_capture_runs_eagerly_and_leaves_random_numbers_working(log_lines):
     model = _detector('cuda', warmup_iters=1)
-    # a hook that reads a value back: legal eagerly, impossible inside a capture
-    model.rpn_head.register_forward_hook(lambda module, args, out: float(out[0][0].sum()))
+    def read_back(module, args, outputs):  # legal eagerly, impossible inside a capture
+        float(outputs[0][0].sum())
+
+    model.rpn_head.register_forward_hook(read_back)
     wrapper = _wrapper(model)
     for seed in range(3):
         log_vars = model.train_step(_batch('cuda', seed=seed), wrapper)
     assert len(model.step_graphs) == 0
     assert model.step_graphs.failed.startswith('the capture failed')
+    assert 'test_step_graphs.py' in model.step_graphs.failed  # where the read-back is
     assert any('eager: the capture failed' in line for line in log_lines())
     assert all(torch.isfinite(v) for v in log_vars.values())
     torch.rand(4, device='cuda')  # the default generator is not left capturing
