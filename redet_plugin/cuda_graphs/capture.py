@@ -1,7 +1,5 @@
 """Capturing a CUDA graph so that a capture that fails leaves the process usable."""
 import contextlib
-import os.path as osp
-import traceback
 
 import torch
 
@@ -34,11 +32,9 @@ def capturing(graph: torch.cuda.CUDAGraph, pool):
 
 
 def failure_reason(error: BaseException) -> str:
-    """One line for the log: the error's first line and where it was raised (outside torch's
-    and this module's capture machinery)."""
+    """One line for the log. An operation that a capture forbids (a read-back, a host wait)
+    often fails only at the capture's end ("a previous error during capture"), so the line
+    says how to find it."""
     first = (str(error).strip().splitlines() or [""])[0]
-    frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if not f.filename.endswith((osp.join("torch", "cuda", "graphs.py"), "contextlib.py",
-                                          osp.join("cuda_graphs", "capture.py")))]
-    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    return f"the capture failed ({type(error).__name__}: {first}{where})"
+    return (f"the capture failed ({type(error).__name__}: {first}); an eager step under "
+            "torch.cuda.set_sync_debug_mode('error') names an operation that waits for the GPU")

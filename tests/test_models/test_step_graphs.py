@@ -240,7 +240,6 @@ def test_a_failed_capture_runs_eagerly_and_leaves_random_numbers_working(log_lin
         log_vars = model.train_step(_batch('cuda', seed=seed), wrapper)
     assert len(model.step_graphs) == 0
     assert model.step_graphs.failed.startswith('the capture failed')
-    assert 'test_step_graphs.py' in model.step_graphs.failed  # where the read-back is
     assert any('eager: the capture failed' in line for line in log_lines())
     assert all(torch.isfinite(v) for v in log_vars.values())
     torch.rand(4, device='cuda')  # the default generator is not left capturing
