@@ -12,17 +12,15 @@ eval-mode filters). Past `max_graphs`, for inputs not on CUDA, with grad enabled
 capture failed, the eager forward runs, with one line naming why. A replaced parameter, buffer
 or cached filter makes its graph be captured again.
 """
-import logging
-import time
 from typing import List, Optional
 
 import torch
-from mmengine.logging import print_log
 from mmengine.structures import InstanceData
 from torch import nn
 
 from ..models.layers.padded_results import keep_padding
-from .capture import capturing, failure_reason
+from .capture import capturing
+from .graph_cache import GraphCache
 from .module_walk import ModuleWalk
 from .step_graphs import hashable
 
@@ -55,35 +53,18 @@ def _forward(model, inputs, samples, rescale):
     return model.roi_head.predict(x, proposals, samples, rescale=rescale)
 
 
-class PredictGraphs:
+class PredictGraphs(GraphCache):
     """The captured test forwards of one model; `predict` returns None where eager runs.
 
     Args:
         max_graphs: graphs kept at most (each input shape and image metainfo needs its own).
     """
 
+    option = "cuda_graph_predict"
+
     def __init__(self, max_graphs: int = 2):
-        if not isinstance(max_graphs, int) or isinstance(max_graphs, bool) or max_graphs < 1:
-            raise ValueError(f"cuda_graph_predict: max_graphs must be an int >= 1; "
-                             f"got {max_graphs!r}")
-        self.max_graphs = max_graphs
-        self._graphs = {}  # key -> (storage key, _PredictGraph)
+        super().__init__(max_graphs=max_graphs)
         self._seen = set()
-        self._said = set()
-        self._pool = None
-        self.failed: Optional[str] = None
-
-    def __deepcopy__(self, memo):
-        return PredictGraphs(self.max_graphs)
-
-    def __getstate__(self):
-        return dict(max_graphs=self.max_graphs)
-
-    def __setstate__(self, state):
-        self.__init__(**state)
-
-    def __len__(self):
-        return len(self._graphs)
 
     def predict(self, model: nn.Module, inputs: torch.Tensor, samples: list,
                 rescale: bool) -> Optional[List[InstanceData]]:
@@ -127,23 +108,10 @@ class PredictGraphs:
             return "a capture is in progress"
         return None
 
-    def say(self, message: str, level: int = logging.WARNING) -> None:
-        if message not in self._said:
-            self._said.add(message)
-            print_log(f"cuda_graph_predict: {message}", logger="current", level=level)
-
     def _capture(self, key, model, inputs, samples, rescale):
-        self._graphs.pop(key, None)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        start = time.perf_counter()
-        try:
-            graph = _PredictGraph(model, inputs, samples, rescale, self._pool)
-        except Exception as error:  # noqa: BLE001 - any capture failure falls back to eager
-            self.failed = failure_reason(error)
-            self.say(f"eager: {self.failed}")
+        graph = self.capture(key, f"a test forward: inputs {tuple(inputs.shape)}",
+                             lambda pool: _PredictGraph(model, inputs, samples, rescale, pool))
+        if graph is None:
             return None
         self._graphs[key] = (ModuleWalk(model).storage_key(), graph)
-        self.say(f"captured a test forward: inputs {tuple(inputs.shape)} "
-                 f"({time.perf_counter() - start:.1f} s)", logging.INFO)
         return self._graphs[key]

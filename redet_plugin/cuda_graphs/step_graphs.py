@@ -8,9 +8,10 @@ graph's inputs.
 What a captured step needs, and what it does about it:
 - Fixed shapes. Each image's gts are padded to a capacity (a power of two, at least
   `min_gt_capacity`) and marked by `gt_instances.valid` (ignored gts likewise); the model then
-  gives the losses of the real gts alone. One graph per (input shape, metainfo, capacity, module state, optimizer
-  hyper-parameters), up to `max_graphs`; all of them share one memory pool (they never run at
-  the same time, and nothing one of them leaves behind is read by another).
+  gives the losses of the real gts alone. One graph per (input shape, image shapes, capacity,
+  module state, optimizer hyper-parameters), up to `max_graphs`; all of them share one memory
+  pool (they never run at the same time, and nothing one of them leaves behind is read by
+  another).
 - A learning rate that changes. The param schedulers write Python floats; the captured
   optimizer step reads lr from a device tensor that each replay fills from the float. SGD is
   captured as torch's fused SGD kernel (the foreach step's update, with lr rounded to float32);
@@ -29,12 +30,9 @@ reads a value): then the error's first line is given and eager steps are used fr
 Parameters, buffers and optimizer state are read and written in place; one that is replaced
 (`.to()`, a loaded optimizer state) makes its graph be captured again.
 """
-import logging
-import time
 from typing import Optional
 
 import torch
-from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper
 from mmengine.structures import InstanceData
 from torch import nn
@@ -42,7 +40,8 @@ from torch import nn
 from ..engine import OptimWrapper as RedetOptimWrapper
 from ..engine import defer_scalar
 from ..models.gt_padding import pad_gt_instances
-from .capture import capturing, failure_reason
+from .capture import capturing
+from .graph_cache import GraphCache
 from .module_walk import ModuleWalk
 
 __all__ = ["StepGraphs"]
@@ -112,7 +111,7 @@ class _StepGraph:
         return dict(zip(self.names, values))
 
 
-class StepGraphs:
+class StepGraphs(GraphCache):
     """The captured training steps of one model; `train_step` returns None where eager runs.
 
     Args:
@@ -122,34 +121,12 @@ class StepGraphs:
         min_gt_capacity: the smallest padded gt count.
     """
 
+    option = "cuda_graph_step"
+
     def __init__(self, max_graphs: int = 4, warmup_iters: int = 2, min_gt_capacity: int = 64):
-        for name, value, least in (("max_graphs", max_graphs, 1),
-                                   ("warmup_iters", warmup_iters, 1),
-                                   ("min_gt_capacity", min_gt_capacity, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValueError(f"cuda_graph_step: {name} must be an int >= {least}; "
-                                 f"got {value!r}")
-        self.max_graphs, self.warmup_iters = max_graphs, warmup_iters
-        self.min_gt_capacity = min_gt_capacity
-        self._graphs = {}     # key -> (storage key, _StepGraph)
+        super().__init__(max_graphs=max_graphs, warmup_iters=warmup_iters,
+                         min_gt_capacity=min_gt_capacity)
         self._eager_runs = {}  # key -> eager steps so far
-        self._said = set()
-        self._pool = None
-        self.failed: Optional[str] = None
-
-    # a copy of the model (deepcopy for EMA, pickling) starts without graphs
-    def __deepcopy__(self, memo):
-        return StepGraphs(self.max_graphs, self.warmup_iters, self.min_gt_capacity)
-
-    def __getstate__(self):
-        return dict(max_graphs=self.max_graphs, warmup_iters=self.warmup_iters,
-                    min_gt_capacity=self.min_gt_capacity)
-
-    def __setstate__(self, state):
-        self.__init__(**state)
-
-    def __len__(self):
-        return len(self._graphs)
 
     def train_step(self, model: nn.Module, inputs: torch.Tensor, samples: list,
                    optim_wrapper) -> Optional[dict]:
@@ -209,29 +186,18 @@ class StepGraphs:
             return "a capture is in progress"
         return None
 
-    def say(self, message: str, level: int = logging.WARNING) -> None:
-        if message not in self._said:
-            self._said.add(message)
-            print_log(f"cuda_graph_step: {message}", logger="current", level=level)
-
     def _capture(self, key, model, inputs, samples, optim_wrapper, capacity):
-        self._graphs.pop(key, None)  # (frees a stale graph before capturing its successor)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        start = time.perf_counter()
-        try:
-            graph = _StepGraph(model, inputs, samples, optim_wrapper, capacity, self._pool)
-        except Exception as error:  # noqa: BLE001 - any capture failure falls back to eager
-            optim_wrapper.optimizer.zero_grad(set_to_none=True)  # (gradients of the capture)
-            self.failed = failure_reason(error)
-            self.say(f"eager: {self.failed}")
+        graph = self.capture(
+            key, f"a training step: inputs {tuple(inputs.shape)}, up to {capacity[0]} gts and "
+            f"{capacity[1]} ignored gts per image",
+            lambda pool: _StepGraph(model, inputs, samples, optim_wrapper, capacity, pool),
+            # (gradients the failed capture made)
+            on_failure=lambda: optim_wrapper.optimizer.zero_grad(set_to_none=True))
+        if graph is None:
             return None
         # (the storage read after the capture: it made nothing new, unless something was lazy)
         self._graphs[key] = (ModuleWalk(model).storage_key()
                              + _state_storage(optim_wrapper.optimizer), graph)
-        self.say(f"captured a training step: inputs {tuple(inputs.shape)}, up to {capacity[0]} "
-                 f"gts and {capacity[1]} ignored gts per image "
-                 f"({time.perf_counter() - start:.1f} s)", logging.INFO)
         return self._graphs[key]
 
 

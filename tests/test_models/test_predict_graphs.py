@@ -13,9 +13,9 @@ from tests._helpers import make_samples, tiny_detector
 
 @pytest.fixture
 def log_lines(monkeypatch):
-    from redet_plugin.cuda_graphs import predict_graphs
+    from redet_plugin.cuda_graphs import graph_cache
     lines = []
-    monkeypatch.setattr(predict_graphs, 'print_log', lambda msg, **kwargs: lines.append(msg))
+    monkeypatch.setattr(graph_cache, 'print_log', lambda msg, **kwargs: lines.append(msg))
     return lambda: list(lines)
 
 

@@ -42,9 +42,9 @@ def _wrapper(model, optimizer='SGD', **kwargs):
 @pytest.fixture
 def log_lines(monkeypatch):
     """The lines StepGraphs logs (through mmengine's print_log)."""
-    from redet_plugin.cuda_graphs import step_graphs
+    from redet_plugin.cuda_graphs import graph_cache
     lines = []
-    monkeypatch.setattr(step_graphs, 'print_log', lambda msg, **kwargs: lines.append(msg))
+    monkeypatch.setattr(graph_cache, 'print_log', lambda msg, **kwargs: lines.append(msg))
     return lambda: list(lines)
 
 

@@ -1,0 +1,69 @@
+"""What StepGraphs and PredictGraphs share: captured graphs by key, one memory pool for all of
+them, the reason of a failed capture, and one log line per message."""
+import logging
+import time
+from typing import Callable, Optional
+
+import torch
+from mmengine.logging import print_log
+
+from .capture import failure_reason
+
+__all__ = ["GraphCache"]
+
+
+class GraphCache:
+    """Graphs by key, each stored with the storage key of the tensors it reads in place.
+
+    Subclasses set `option` (the model option's name, for messages) and pass their integer
+    arguments (each at least 1) to __init__; a copy of the model (deepcopy for EMA, pickling)
+    starts without graphs, which belong to the tensors of this one.
+    """
+
+    option = "cuda_graph"
+
+    def __init__(self, **arguments):
+        for name, value in arguments.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{self.option}: {name} must be an int >= 1; got {value!r}")
+            setattr(self, name, value)
+        self.arguments = arguments
+        self._graphs = {}  # key -> (storage key, graph)
+        self._said = set()
+        self._pool = None
+        self.failed: Optional[str] = None
+
+    def __deepcopy__(self, memo):
+        return type(self)(**self.arguments)
+
+    def __getstate__(self):
+        return dict(self.arguments)
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def __len__(self):
+        return len(self._graphs)
+
+    def say(self, message: str, level: int = logging.WARNING) -> None:
+        """Logs `message` once."""
+        if message not in self._said:
+            self._said.add(message)
+            print_log(f"{self.option}: {message}", logger="current", level=level)
+
+    def capture(self, key, what: str, make: Callable, on_failure: Callable = lambda: None):
+        """`make(pool)` captures a graph for `key`; None where it fails (the reason is logged
+        and kept: eager from then on)."""
+        self._graphs.pop(key, None)  # (frees a stale graph before capturing its successor)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        start = time.perf_counter()
+        try:
+            graph = make(self._pool)
+        except Exception as error:  # noqa: BLE001 - any capture failure falls back to eager
+            on_failure()
+            self.failed = failure_reason(error)
+            self.say(f"eager: {self.failed}")
+            return None
+        self.say(f"captured {what} ({time.perf_counter() - start:.1f} s)", logging.INFO)
+        return graph
