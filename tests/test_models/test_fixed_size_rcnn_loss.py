@@ -72,16 +72,23 @@ def set_sampler_num(head, num):
         stage_cfg.sampler.num = sampler.num = num
 
 
-@pytest.mark.parametrize('num_boxes', [(3, 0), (6, 2), (0, 0)])
-@pytest.mark.parametrize('sampler_num', [64, 4096])
-def test_losses_equal_mmdets_for_the_same_draw(model, num_boxes, sampler_num, monkeypatch):
-    head = model.roi_head
-    set_sampler_num(head, sampler_num)
+def features_and_proposals(model, num_boxes):
+    """Samples with num_boxes gts per image, the features of a random batch (seeded by the
+    counts) and the RPN's fixed-size proposals for them."""
     samples = make_samples(num_boxes=num_boxes)
     with torch.no_grad():
         x = model.extract_feat(torch.randn(2, 3, 128, 128, generator=torch.Generator()
                                            .manual_seed(sum(num_boxes))))
         proposals = model.rpn_head.predict(x, samples, rescale=False)
+    return samples, x, proposals
+
+
+@pytest.mark.parametrize('num_boxes', [(3, 0), (6, 2), (0, 0)])
+@pytest.mark.parametrize('sampler_num', [64, 4096])
+def test_losses_equal_mmdets_for_the_same_draw(model, num_boxes, sampler_num, monkeypatch):
+    head = model.roi_head
+    set_sampler_num(head, sampler_num)
+    samples, x, proposals = features_and_proposals(model, num_boxes)
     for res in proposals:  # more padding rows, spread through the set
         res.valid = res.valid & (torch.arange(len(res)) % 4 > 0)
     gt_samples = copy.deepcopy(samples)

@@ -10,7 +10,8 @@ import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.models.gt_padding import PADDING_BOX_XYXY, pad_gt_instances
 from redet_plugin.structures import RotatedBoxes
 from tests._helpers import make_samples, tiny_detector
-from tests.test_models.test_fixed_size_rcnn_loss import first_members_draw, set_sampler_num
+from tests.test_models.test_fixed_size_rcnn_loss import (features_and_proposals,
+                                                      first_members_draw, set_sampler_num)
 from tests.test_models.test_rpn_head import (ground_truth, head_outputs, head_pair,
                                              image_metas)
 
@@ -90,11 +91,7 @@ def test_rcnn_losses_equal_with_and_without_padding(model, num_boxes, sampler_nu
     padding gts are no members) or, at num 4096, by drawing every candidate."""
     head = model.roi_head
     set_sampler_num(head, sampler_num)
-    samples = make_samples(num_boxes=num_boxes)
-    with torch.no_grad():
-        x = model.extract_feat(torch.randn(2, 3, 128, 128, generator=torch.Generator()
-                                           .manual_seed(sum(num_boxes))))
-        proposals = model.rpn_head.predict(x, samples, rescale=False)
+    samples, x, proposals = features_and_proposals(model, num_boxes)
     if sampler_num < 4096:
         first_members_draw(monkeypatch)
     padded = padded_samples(samples)

@@ -32,6 +32,14 @@ def _batch(device='cpu', num_boxes=(3, 0), seed=0):
         num_boxes=num_boxes)])
 
 
+def _captured(model, wrapper, num_boxes=(3, 0)):
+    """Three steps (warm-up, capture + replay, replay) with warmup_iters=1: a graph kept."""
+    for seed in range(3):
+        model.train_step(_batch('cuda', num_boxes, seed=seed), wrapper)
+    assert model.step_graphs.failed is None, model.step_graphs.failed
+    assert len(model.step_graphs) == 1
+
+
 def _wrapper(model, optimizer='SGD', **kwargs):
     params = model.parameters()
     opt = (torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=1e-4)
@@ -188,9 +196,7 @@ def test_captured_steps_give_the_eager_parameters(optimizer, log_lines):
 def test_a_replayed_step_waits_for_nothing():
     model = _detector('cuda', warmup_iters=1)
     wrapper = _wrapper(model)
-    for seed in range(3):
-        model.train_step(_batch('cuda', seed=seed), wrapper)
-    assert model.step_graphs.failed is None and len(model.step_graphs) == 1
+    _captured(model, wrapper)
     data = _batch('cuda', (4, 2), seed=5)
     hub = MessageHub.get_current_instance()
     attach_queue(hub)  # as RedetRuntimeInfoHook does: the gradient norm waits unread
@@ -208,9 +214,7 @@ def test_a_replayed_step_waits_for_nothing():
 def test_more_gts_than_capacity_capture_again_or_run_eagerly(log_lines):
     model = _detector('cuda', warmup_iters=1, min_gt_capacity=4, max_graphs=1)
     wrapper = _wrapper(model)
-    for seed in range(3):
-        model.train_step(_batch('cuda', (3, 1), seed=seed), wrapper)
-    assert len(model.step_graphs) == 1
+    _captured(model, wrapper, (3, 1))
     model.train_step(_batch('cuda', (9, 1), seed=3), wrapper)  # capacity 16: a second layout
     assert len(model.step_graphs) == 1
     assert any('more than max_graphs=1' in line for line in log_lines())
@@ -220,8 +224,7 @@ def test_more_gts_than_capacity_capture_again_or_run_eagerly(log_lines):
 def test_a_replaced_optimizer_state_is_captured_again():
     model = _detector('cuda', warmup_iters=1)
     wrapper = _wrapper(model)
-    for seed in range(3):
-        model.train_step(_batch('cuda', seed=seed), wrapper)
+    _captured(model, wrapper)
     old_graph = next(iter(model.step_graphs._graphs.values()))[1]
     wrapper.optimizer.load_state_dict(copy.deepcopy(wrapper.optimizer.state_dict()))
     model.train_step(_batch('cuda', seed=4), wrapper)
