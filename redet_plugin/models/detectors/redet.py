@@ -108,7 +108,10 @@ class ReDet(TwoStageDetector):
                 losses = self._run_forward(data, mode='loss')
             parsed_losses, log_vars = self.parse_losses(losses)
             optim_wrapper.update_params(parsed_losses)
-            return log_vars
+            # detached: a kept log value would keep this step's autograd graph alive, and with
+            # it the parameters' gradient accumulators, made on this stream; a later capture
+            # accumulating into them would make this stream wait on the capture (an error)
+            return {key: value.detach() for key, value in log_vars.items()}
         finally:
             self._in_train_step = False
 
