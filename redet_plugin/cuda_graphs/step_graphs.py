@@ -21,11 +21,15 @@ What a captured step needs, and what it does about it:
 - Warm-up: the first `warmup_iters` steps of each graph's key run eagerly (cuDNN/cuBLAS set-up,
   lazily built caches, the optimizer's momentum buffers), then the next one is captured.
 
+AMP (AmpOptimWrapper) is captured with SGD: torch's fused SGD takes the loss scaler's scale
+and inf flag as device tensors, and the scaler's update runs on the device.
+
 Anything a graph cannot serve runs the eager step, with one line (once per reason) naming why:
-an optim wrapper other than mmengine's OptimWrapper (AMP loss scaling reads its inf check on
-the host), gradient accumulation, an optimizer other than SGD, Adam and AdamW, SyncBatchNorm,
-inputs not on CUDA, more layouts than `max_graphs`, or a capture that failed (e.g. a hook that
-reads a value): then the error's first line is given and eager steps are used from then on.
+another optim wrapper, AmpOptimWrapper with another optimizer (its loss scaling would read the
+inf flag on the host), gradient accumulation, an optimizer other than SGD, Adam and AdamW,
+SyncBatchNorm, inputs not on CUDA, more layouts than `max_graphs`, or a capture that failed
+(e.g. a hook that reads a value): then the error's first line is given and eager steps are used
+from then on.
 
 Parameters, buffers and optimizer state are read and written in place; one that is replaced
 (`.to()`, a loaded optimizer state) makes its graph be captured again.
@@ -33,7 +37,7 @@ Parameters, buffers and optimizer state are read and written in place; one that 
 from typing import Optional
 
 import torch
-from mmengine.optim import OptimWrapper
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.structures import InstanceData
 from torch import nn
 
@@ -63,6 +67,35 @@ def gt_capacity(counts, minimum: int) -> int:
     return 1 << (most - 1).bit_length()
 
 
+def step_body(model: nn.Module, inputs: torch.Tensor, samples: list, optim_wrapper):
+    """One training step as a graph captures it: mmengine's train_step and update_params
+    (AmpOptimWrapper's loss scaling included), clipping without reading the norm. Returns the
+    log names, their values stacked (the gradient norm, when clipped, last) and the message hub
+    key of the norm (None without clipping)."""
+    optimizer = optim_wrapper.optimizer
+    scaler = getattr(optim_wrapper, "loss_scaler", None)  # AmpOptimWrapper's GradScaler
+    with optim_wrapper.optim_context(model):
+        losses = model._run_forward(dict(inputs=inputs, data_samples=samples), mode="loss")
+    loss, log_vars = model.parse_losses(losses)
+    (loss if scaler is None else scaler.scale(loss)).backward()
+    values = [v.detach().float() for v in log_vars.values()]
+    norm = None
+    if optim_wrapper.clip_grad_kwargs:
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        norm = _clip(optim_wrapper)
+    if norm is not None:
+        values.append(norm.detach().float())
+    if scaler is None:
+        optimizer.step()
+    else:  # (fused SGD takes the inf check on the device: no read-back)
+        scaler.step(optimizer)
+        scaler.update(optim_wrapper._scale_update_param)
+    optimizer.zero_grad(set_to_none=True)
+    norm_key = None if norm is None else f"train/{optim_wrapper.grad_name}"
+    return list(log_vars), torch.stack(values), norm_key
+
+
 class _StepGraph:
     """One captured step: static inputs, the graph, the log values it leaves."""
 
@@ -79,22 +112,8 @@ class _StepGraph:
         optimizer.zero_grad(set_to_none=True)
         self.graph = torch.cuda.CUDAGraph()
         with _device_lr(optimizer, self.lrs), capturing(self.graph, pool):
-            self.names, self.values = self._step(model, optim_wrapper)
-
-    def _step(self, model, optim_wrapper):
-        """The captured work; the log values stacked, the gradient norm (if clipped) last."""
-        losses = model._run_forward(dict(inputs=self.inputs, data_samples=self.samples),
-                                    mode="loss")
-        loss, log_vars = model.parse_losses(losses)
-        loss.backward()
-        values = [v.detach().float() for v in log_vars.values()]
-        norm = _clip(optim_wrapper)
-        self.norm_key = None if norm is None else f"train/{optim_wrapper.grad_name}"
-        if norm is not None:
-            values.append(norm.detach().float())
-        optim_wrapper.optimizer.step()
-        optim_wrapper.optimizer.zero_grad(set_to_none=True)
-        return list(log_vars), torch.stack(values)
+            self.names, self.values, self.norm_key = step_body(model, self.inputs, self.samples,
+                                                               optim_wrapper)
 
     def replay(self, inputs: torch.Tensor, samples: list, optimizer) -> dict:
         self.inputs.copy_(inputs)
@@ -165,9 +184,13 @@ class StepGraphs(GraphCache):
         """Why a graph cannot serve this step, or None."""
         if self.failed is not None:
             return self.failed
-        if type(optim_wrapper) not in (OptimWrapper, RedetOptimWrapper):
-            return (f"{type(optim_wrapper).__name__}: only a plain OptimWrapper is captured "
-                    "(AMP loss scaling reads its inf check on the host)")
+        if type(optim_wrapper) not in (OptimWrapper, RedetOptimWrapper, AmpOptimWrapper):
+            return (f"{type(optim_wrapper).__name__}: only mmengine's OptimWrapper and "
+                    "AmpOptimWrapper and RedetOptimWrapper are captured")
+        if type(optim_wrapper) is AmpOptimWrapper and \
+                type(optim_wrapper.optimizer) is not torch.optim.SGD:
+            return (f"AmpOptimWrapper with {type(optim_wrapper.optimizer).__name__}: only SGD "
+                    "(as fused SGD) takes the loss scaler's inf check on the device")
         if optim_wrapper._accumulative_counts != 1:
             return "gradient accumulation (accumulative_counts > 1)"
         if type(optim_wrapper.optimizer) not in _OPTIMIZERS:
@@ -213,6 +236,11 @@ class _device_lr:
     def __enter__(self):
         groups = self.optimizer.param_groups
         self.saved = [(g["lr"], g.get("foreach"), g.get("fused")) for g in groups]
+        self.amp_scaling = getattr(self.optimizer, "_step_supports_amp_scaling", False)
+        if isinstance(self.optimizer, torch.optim.SGD):
+            # (what torch sets for an SGD made with fused=True: GradScaler then passes it the
+            # scale and the inf flag as device tensors instead of reading the flag)
+            self.optimizer._step_supports_amp_scaling = True
         for group, lr in zip(groups, self.lrs):
             group["lr"] = lr
             if isinstance(self.optimizer, torch.optim.SGD):
@@ -227,6 +255,7 @@ class _device_lr:
     def __exit__(self, *exc):
         for group, (lr, foreach, fused) in zip(self.optimizer.param_groups, self.saved):
             group.update(lr=lr, foreach=foreach, fused=fused)
+        self.optimizer._step_supports_amp_scaling = self.amp_scaling
 
 
 def _clip(optim_wrapper) -> Optional[torch.Tensor]:

@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 from mmengine.logging import MessageHub
-from mmengine.optim import OptimWrapper
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.cuda_graphs import StepGraphs
@@ -40,11 +40,12 @@ def _captured(model, wrapper, num_boxes=(3, 0)):
     assert len(model.step_graphs) == 1
 
 
-def _wrapper(model, optimizer='SGD', **kwargs):
+def _wrapper(model, optimizer='SGD', amp=False, **kwargs):
     params = model.parameters()
     opt = (torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=1e-4)
            if optimizer == 'SGD' else getattr(torch.optim, optimizer)(params, lr=1e-3))
-    return OptimWrapper(opt, clip_grad=dict(max_norm=35, norm_type=2), **kwargs)
+    wrapper_type = AmpOptimWrapper if amp else OptimWrapper
+    return wrapper_type(optimizer=opt, clip_grad=dict(max_norm=35, norm_type=2), **kwargs)
 
 
 @pytest.fixture
@@ -87,7 +88,7 @@ class _OtherWrapper(OptimWrapper):
 
 
 @pytest.mark.parametrize('case, reason', [
-    ('wrapper', '_OtherWrapper: only a plain OptimWrapper is captured'),
+    ('wrapper', "_OtherWrapper: only mmengine's OptimWrapper and AmpOptimWrapper"),
     ('accumulation', 'gradient accumulation'),
     ('optimizer', 'Adagrad: only SGD, Adam and AdamW steps are captured'),
     ('device', 'the inputs are not on a CUDA device'),
@@ -141,8 +142,44 @@ def test_capture_lr_context_restores_the_param_groups():
             assert opt.param_groups[0]['fused'] == before['fused']
 
 
+def test_the_captured_step_body_is_the_eager_step():
+    """What a graph captures (step_body with lr read from a tensor: fused SGD) gives the eager
+    step's log values, gradient norm and parameters for the same draw, run eagerly here."""
+    from redet_plugin.cuda_graphs.step_graphs import _device_lr, step_body
+    from redet_plugin.models.gt_padding import pad_gt_instances
+    results = []
+    for body in (False, True):
+        model = _detector()
+        model.step_graphs = None
+        wrapper = _wrapper(model)
+        for step in range(2):
+            data = _batch(num_boxes=(3, 2), seed=step)
+            for sample in data['data_samples']:
+                sample.gt_instances = pad_gt_instances(sample.gt_instances, 8)
+            torch.manual_seed(10 + step)
+            if body:
+                data = model.data_preprocessor(data, True)
+                lrs = [torch.tensor(g['lr']) for g in wrapper.optimizer.param_groups]
+                with _device_lr(wrapper.optimizer, lrs):
+                    names, values, norm_key = step_body(model, data['inputs'],
+                                                        data['data_samples'], wrapper)
+                log = dict(zip(names + [norm_key], values))
+            else:
+                log = model.train_step(data, wrapper)
+                log['train/grad_norm'] = torch.tensor(
+                    wrapper.message_hub.get_scalar('train/grad_norm').current())
+        results.append((log, [p.detach().clone() for p in model.parameters()]))
+    (ref_log, ref_params), (log, params) = results
+    assert ref_log.keys() == log.keys() and 'train/grad_norm' in log
+    for key in ref_log:
+        torch.testing.assert_close(log[key].float(), ref_log[key].float(), rtol=1e-5, atol=1e-6)
+    for ref, ours in zip(ref_params, params):
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+    assert any(not torch.equal(p, q) for p, q in zip(params, tiny_detector().parameters()))
+
+
 # ---- on the GPU ---------------------------------------------------------------------------------
-def _padded_eager_and_captured(num_steps, batches, lrs=None, optimizer='SGD'):
+def _padded_eager_and_captured(num_steps, batches, lrs=None, optimizer='SGD', amp=False):
     """Parameters after `num_steps` eager steps on gts padded as the graph pads them, and after
     the same steps with cuda_graph_step (1 eager warm-up step, then captured ones)."""
     from redet_plugin.models.gt_padding import pad_gt_instances
@@ -151,7 +188,7 @@ def _padded_eager_and_captured(num_steps, batches, lrs=None, optimizer='SGD'):
         model = _detector('cuda', warmup_iters=1, min_gt_capacity=16)
         if not captured:
             model.step_graphs = None
-        wrapper = _wrapper(model, optimizer)
+        wrapper = _wrapper(model, optimizer, amp)
         logs = []
         for step in range(num_steps):
             data = copy.deepcopy(batches[step % len(batches)])
@@ -166,7 +203,7 @@ def _padded_eager_and_captured(num_steps, batches, lrs=None, optimizer='SGD'):
             logs.append(model.train_step(data, wrapper))
         if captured:
             assert model.step_graphs.failed is None, model.step_graphs.failed
-        out.append((model, logs))
+        out.append((model, logs, wrapper))
     return out
 
 
@@ -177,7 +214,7 @@ def test_captured_steps_give_the_eager_parameters(optimizer, log_lines):
     lrs = [0.01, 0.01, 0.005, 0.02]  # a schedule: each replay reads the group's lr
     if optimizer == 'AdamW':
         lrs = [lr / 10 for lr in lrs]
-    (eager, eager_logs), (graphed, graphed_logs) = _padded_eager_and_captured(
+    (eager, eager_logs, _), (graphed, graphed_logs, _) = _padded_eager_and_captured(
         4, batches, lrs, optimizer)
     assert len(graphed.step_graphs) == 1
     assert any('captured a training step' in line for line in log_lines())
@@ -190,6 +227,23 @@ def test_captured_steps_give_the_eager_parameters(optimizer, log_lines):
     # the steps changed the parameters (a comparison of untouched models proves nothing)
     fresh = tiny_detector('cuda').state_dict()
     assert any(not torch.equal(fresh[k], v) for k, v in graphed.state_dict().items())
+
+
+@pytest.mark.cuda
+def test_captured_amp_steps_give_the_eager_amp_steps():
+    """AmpOptimWrapper (fp16 autocast, dynamic loss scale) with SGD: the graph runs the scaler's
+    unscale, inf check, fused step and scale update on the device."""
+    batches = [_batch('cuda', (3, 5), seed=0), _batch('cuda', (7, 1), seed=1)]
+    (eager, eager_logs, eager_wrapper), (graphed, graphed_logs, wrapper) = \
+        _padded_eager_and_captured(4, batches, amp=True)
+    assert len(graphed.step_graphs) == 1
+    torch.testing.assert_close(wrapper.loss_scaler.get_scale(),
+                               eager_wrapper.loss_scaler.get_scale())
+    for ref, ours in zip(eager_logs, graphed_logs):
+        for key in ref:
+            torch.testing.assert_close(ours[key], ref[key], rtol=1e-3, atol=1e-3)
+    for (name, ref), ours in zip(eager.state_dict().items(), graphed.state_dict().values()):
+        torch.testing.assert_close(ours, ref, rtol=1e-3, atol=1e-4, msg=name)
 
 
 @pytest.mark.cuda
