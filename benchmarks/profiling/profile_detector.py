@@ -49,6 +49,10 @@ def parse_args(argv=None):
                    help='model.cuda_graph_features=False (else the config\'s) for the '
                         'uninstrumented steps; the per-part table is always eager (the parts '
                         'cannot be timed inside a graph)')
+    p.add_argument('--captured', action='store_true',
+                   help='the uninstrumented steps as whole CUDA graphs (model.cuda_graph_step '
+                        'with every batch padded to 256 gts, so that one graph serves all, and '
+                        'model.cuda_graph_predict); the per-part table is always eager')
     p.add_argument('--warmup', type=int, default=3)
     p.add_argument('--iters', type=int, default=5, help='measured training iterations')
     p.add_argument('--images', type=int, default=10, help='measured inference images')
@@ -272,8 +276,11 @@ def build(args):
     from mmengine.runner import Runner, load_checkpoint
     MMLogger.get_instance('profile_detector', log_level='WARNING')  # (no per-weight init log)
     cfg = Config.fromfile(args.config)
-    if args.eager:
+    if args.eager or args.captured:
         cfg.model.cuda_graph_features = False
+    if args.captured:
+        cfg.model.cuda_graph_step = dict(min_gt_capacity=256, warmup_iters=1)
+        cfg.model.cuda_graph_predict = True
     init_default_scope(cfg.get('default_scope', 'mmdet'))
     from mmdet.registry import MODELS
     model = MODELS.build(cfg.model)
@@ -401,6 +408,7 @@ def main(argv=None):
     train_kernels = top_kernels(
         lambda: plain_train_step(model, train_batches[-1], optim_wrapper)) if cuda else None
     graphs, model.feature_graphs = getattr(model, 'feature_graphs', None), None  # (eager parts)
+    step_graphs, model.step_graphs = getattr(model, 'step_graphs', None), None
     rows = instrument(model, timer, training=True)
     split = BackwardSplit(model)
     for i, batch in enumerate(train_batches):
@@ -413,7 +421,7 @@ def main(argv=None):
 
     # inference
     model.eval()
-    model.feature_graphs = graphs
+    model.feature_graphs, model.step_graphs = graphs, step_graphs
     timer = PartTimer(args.device)
     for batch in test_batches[:args.warmup]:
         plain_test_image(model, batch, args)
@@ -421,13 +429,15 @@ def main(argv=None):
                            timer)
     test_kernels = top_kernels(
         lambda: plain_test_image(model, test_batches[-1], args)) if cuda else None
-    model.feature_graphs = None
+    predict_graphs = getattr(model, 'predict_graphs', None)
+    model.feature_graphs = model.predict_graphs = None
     rows = instrument(model, timer, training=False)
     for i, batch in enumerate(test_batches):
         instrumented_test_image(model, batch, timer, args)
         if i + 1 == args.warmup:
             timer.steps = []
     timer.restore()
+    model.predict_graphs = predict_graphs
     test = summary(timer, rows, test_data_ms, test_plain)
 
     result = dict(
@@ -436,7 +446,7 @@ def main(argv=None):
         command=' '.join(['python -m benchmarks.profiling.profile_detector']
                          + (argv if argv is not None else sys.argv[1:])),
         config=osp.relpath(args.config, REPO), checkpoint=args.checkpoint, amp=args.amp,
-        eager=args.eager, graphs=graphs is not None,
+        eager=args.eager, graphs=graphs is not None, captured=args.captured,
         image_size=args.resize or 1024, device=torch.cuda.get_device_name() if cuda else 'cpu',
         torch=torch.__version__, warmup=args.warmup, iters=args.iters, images=args.images,
         train=train, test=test, kernels=dict(train=train_kernels, test=test_kernels),
