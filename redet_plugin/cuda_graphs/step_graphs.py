@@ -56,9 +56,7 @@ _CLIP_FUNCS = (torch.nn.utils.clip_grad_norm_, torch.nn.utils.clip_grad_value_)
 TRAIN_META_KEYS = ("img_shape", "pad_shape", "batch_input_shape")
 _NOT_BAKED = ("params", "lr", "initial_lr", "foreach", "fused", "capturable")
 _OPTIMIZERS = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
-
-
-_MIN_IGNORED_CAPACITY = 32
+_MIN_IGNORED_CAPACITY = 32  # (ignored gts are few: DOTA's difficult objects)
 
 
 def gt_capacity(counts, minimum: int) -> int:
@@ -100,8 +98,8 @@ class _StepGraph:
     """One captured step: static inputs, the graph, the log values it leaves."""
 
     def __init__(self, model: nn.Module, inputs: torch.Tensor, samples: list,
-                 optim_wrapper: OptimWrapper, capacity: int, pool):
-        self.capacity = capacity
+                 optim_wrapper: OptimWrapper, capacity: tuple, pool):
+        self.capacity = capacity  # (gts, ignored gts) per image
         self.inputs = inputs.clone()
         self.samples = [_padded_sample(s, capacity) for s in samples]
         optimizer = optim_wrapper.optimizer
