@@ -29,6 +29,7 @@ class GraphCache:
             setattr(self, name, value)
         self.arguments = arguments
         self._graphs = {}  # key -> (storage key, graph)
+        self._eager_runs = {}  # key -> eager calls so far (the warm-up before its capture)
         self._said = set()
         self._pool = None
         self.failed: Optional[str] = None
@@ -50,6 +51,29 @@ class GraphCache:
         if message not in self._said:
             self._said.add(message)
             print_log(f"{self.option}: {message}", logger="current", level=level)
+
+    def graph_for(self, key, storage: tuple, read_storage: Callable[[], tuple], warmup: int,
+                  layouts: str, what: str, make: Callable,
+                  on_failure: Callable = lambda: None):
+        """The graph for `key`, or None: run eagerly. `storage` lists the tensors a graph reads
+        in place (one replaced since the capture: captured again); the first `warmup` calls of
+        a key run eagerly, the next one captures (read_storage() is taken after the capture,
+        which may have built lazy state); past max_graphs keys, eager with one line."""
+        entry = self._graphs.get(key)
+        if entry is not None and entry[0] == storage:
+            return entry[1]
+        if entry is None and len(self._graphs) >= self.max_graphs:
+            self.say(f"eager: more than max_graphs={self.max_graphs} {layouts}; raise "
+                     "max_graphs to capture more")
+            return None
+        runs = self._eager_runs.get(key, 0)
+        if runs < warmup:
+            self._eager_runs[key] = runs + 1
+            return None
+        graph = self.capture(key, what, make, on_failure)
+        if graph is not None:
+            self._graphs[key] = (read_storage(), graph)
+        return graph
 
     def capture(self, key, what: str, make: Callable, on_failure: Callable = lambda: None):
         """`make(pool)` captures a graph for `key`; None where it fails (the reason is logged

@@ -64,7 +64,6 @@ class PredictGraphs(GraphCache):
 
     def __init__(self, max_graphs: int = 2):
         super().__init__(max_graphs=max_graphs)
-        self._seen = set()
 
     def predict(self, model: nn.Module, inputs: torch.Tensor, samples: list,
                 rescale: bool) -> Optional[List[InstanceData]]:
@@ -80,20 +79,13 @@ class PredictGraphs(GraphCache):
                tuple(tuple(hashable(s.metainfo.get(k)) for k in PREDICT_META_KEYS)
                      for s in samples),
                walk.state_key())
-        storage = walk.storage_key()
-        entry = self._graphs.get(key)
-        if entry is None or entry[0] != storage:
-            if entry is None and len(self._graphs) >= self.max_graphs:
-                self.say(f"eager: more than max_graphs={self.max_graphs} input layouts (shape, "
-                         "image metainfo); raise max_graphs to capture more")
-                return None
-            if key not in self._seen:  # a first eager forward builds the lazy caches
-                self._seen.add(key)
-                return None
-            entry = self._capture(key, model, inputs, samples, rescale)
-            if entry is None:
-                return None
-        return entry[1].replay(inputs)
+        # (a first eager forward of each key builds the lazy caches: anchors, eval filters)
+        graph = self.graph_for(
+            key, walk.storage_key(), lambda: ModuleWalk(model).storage_key(), 1,
+            "input layouts (shape, image metainfo)",
+            f"a test forward: inputs {tuple(inputs.shape)}",
+            lambda pool: _PredictGraph(model, inputs, samples, rescale, pool))
+        return None if graph is None else graph.replay(inputs)
 
     def unsupported(self, inputs: torch.Tensor, samples: list) -> Optional[str]:
         if self.failed is not None:
@@ -107,11 +99,3 @@ class PredictGraphs(GraphCache):
         if torch.cuda.is_current_stream_capturing():
             return "a capture is in progress"
         return None
-
-    def _capture(self, key, model, inputs, samples, rescale):
-        graph = self.capture(key, f"a test forward: inputs {tuple(inputs.shape)}",
-                             lambda pool: _PredictGraph(model, inputs, samples, rescale, pool))
-        if graph is None:
-            return None
-        self._graphs[key] = (ModuleWalk(model).storage_key(), graph)
-        return self._graphs[key]

@@ -143,7 +143,6 @@ class StepGraphs(GraphCache):
     def __init__(self, max_graphs: int = 4, warmup_iters: int = 2, min_gt_capacity: int = 64):
         super().__init__(max_graphs=max_graphs, warmup_iters=warmup_iters,
                          min_gt_capacity=min_gt_capacity)
-        self._eager_runs = {}  # key -> eager steps so far
 
     def train_step(self, model: nn.Module, inputs: torch.Tensor, samples: list,
                    optim_wrapper) -> Optional[dict]:
@@ -156,25 +155,21 @@ class StepGraphs(GraphCache):
         capacity = (gt_capacity([len(s.gt_instances) for s in samples], self.min_gt_capacity),
                     gt_capacity([len(s.get("ignored_instances", ())) for s in samples],
                                  _MIN_IGNORED_CAPACITY))
+        optimizer = optim_wrapper.optimizer
         key = (tuple(inputs.shape), inputs.dtype, inputs.device, capacity,
-               tuple(_meta_key(s) for s in samples), walk.state_key(),
-               _hyper_key(optim_wrapper.optimizer))
-        storage = walk.storage_key() + _state_storage(optim_wrapper.optimizer)
-        entry = self._graphs.get(key)
-        if entry is None or entry[0] != storage:
-            if entry is None and len(self._graphs) >= self.max_graphs:
-                self.say(f"eager: more than max_graphs={self.max_graphs} batch layouts (input "
-                         "shape, image metainfo, gt capacity); raise max_graphs to capture more")
-                return None
-            runs = self._eager_runs.get(key, 0)
-            if runs < self.warmup_iters:
-                self._eager_runs[key] = runs + 1
-                return None
-            entry = self._capture(key, model, inputs, samples, optim_wrapper,
-                                  capacity)
-            if entry is None:
-                return None
-        log_vars = entry[1].replay(inputs, samples, optim_wrapper.optimizer)
+               tuple(_meta_key(s) for s in samples), walk.state_key(), _hyper_key(optimizer))
+        graph = self.graph_for(
+            key, walk.storage_key() + _state_storage(optimizer),
+            lambda: ModuleWalk(model).storage_key() + _state_storage(optimizer),
+            self.warmup_iters, "batch layouts (input shape, image shapes, gt capacity)",
+            f"a training step: inputs {tuple(inputs.shape)}, up to {capacity[0]} gts and "
+            f"{capacity[1]} ignored gts per image",
+            lambda pool: _StepGraph(model, inputs, samples, optim_wrapper, capacity, pool),
+            # (gradients the failed capture made)
+            on_failure=lambda: optimizer.zero_grad(set_to_none=True))
+        if graph is None:
+            return None
+        log_vars = graph.replay(inputs, samples, optimizer)
         optim_wrapper._inner_count += 1  # (what the eager backward counts)
         return log_vars
 
@@ -206,20 +201,6 @@ class StepGraphs(GraphCache):
         if torch.cuda.is_current_stream_capturing():
             return "a capture is in progress"
         return None
-
-    def _capture(self, key, model, inputs, samples, optim_wrapper, capacity):
-        graph = self.capture(
-            key, f"a training step: inputs {tuple(inputs.shape)}, up to {capacity[0]} gts and "
-            f"{capacity[1]} ignored gts per image",
-            lambda pool: _StepGraph(model, inputs, samples, optim_wrapper, capacity, pool),
-            # (gradients the failed capture made)
-            on_failure=lambda: optim_wrapper.optimizer.zero_grad(set_to_none=True))
-        if graph is None:
-            return None
-        # (the storage read after the capture: it made nothing new, unless something was lazy)
-        self._graphs[key] = (ModuleWalk(model).storage_key()
-                             + _state_storage(optim_wrapper.optimizer), graph)
-        return self._graphs[key]
 
 
 class _device_lr:
