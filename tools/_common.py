@@ -5,6 +5,7 @@ import os.path as osp
 import sys
 from typing import Optional
 
+import torch
 from mmengine.config import DictAction
 
 
@@ -24,7 +25,20 @@ def add_runner_args(parser) -> None:
 def parse_runner_args(parser, argv):
     args = parser.parse_args(argv)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    use_expandable_segments()
     return args
+
+
+def use_expandable_segments() -> None:
+    """Unless the user configured torch's CUDA allocator, it grows its segments in place: a
+    detector's step allocates tensors of changing sizes (gts per image, kept proposals), and
+    fixed segments fragment until the reserved memory is far above what is allocated. Read
+    when CUDA first allocates, so it must be set before that."""
+    names = ('PYTORCH_ALLOC_CONF', 'PYTORCH_CUDA_ALLOC_CONF')
+    if not any(name in os.environ for name in names):
+        # torch >= 2.9 reads PYTORCH_ALLOC_CONF and warns that the older name is deprecated
+        version = tuple(int(part) for part in torch.__version__.split('.')[:2])
+        os.environ[names[0] if version >= (2, 9) else names[1]] = 'expandable_segments:True'
 
 
 def load_config(args):

@@ -6,8 +6,9 @@
 #   bash benchmarks/detector/detector_vs_mmrotate.sh [bench options]
 # Environment: OUT (default /tmp/out); CALL_START (epoch seconds the call began, default now) and
 # DEADLINE_S (default 585): everything ends by CALL_START + DEADLINE_S, the profile keeping
-# PROFILE_S (default 100) of it. Under $OUT: detector_vs_mmrotate.json, profile_detector.json,
-# detector_summary.txt and detector_logs.tar.gz (training/test logs, the derived configs).
+# PROFILE_S (default 100) of it; PROFILE_ARGS (e.g. --captured) go to the profile. Under $OUT:
+# detector_vs_mmrotate.json, profile_detector.json, detector_summary.txt and
+# detector_logs.tar.gz (training/test logs, the derived configs).
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; LOGS="$OUT/detector_logs"; mkdir -p "$LOGS"
 CALL_START="${CALL_START:-$(date +%s)}"; DEADLINE_S="${DEADLINE_S:-585}"; PROFILE_S="${PROFILE_S:-100}"
@@ -33,5 +34,5 @@ print(s['data_root'], s['resize'], ckpt if os.path.isfile(ckpt) else '')" 2>/dev
 start=$(date +%s)
 timeout $(( $(left) > 10 ? $(left) - 5 : 5 )) python3 -m benchmarks.profiling.profile_detector \
   --out "$OUT/profile_detector.json" ${DATA:+--data-root "$DATA" --resize "$RESIZE"} \
-  ${CKPT:+--checkpoint "$CKPT"} > "$LOGS/profile.log" 2>&1
+  ${CKPT:+--checkpoint "$CKPT"} ${PROFILE_ARGS:-} > "$LOGS/profile.log" 2>&1
 say "profile rc=$? $(( $(date +%s) - start )) s"; tail -75 "$LOGS/profile.log" | tee -a "$OUT/detector_summary.txt"

@@ -29,7 +29,7 @@ class GraphCache:
             setattr(self, name, value)
         self.arguments = arguments
         self._graphs = {}  # key -> (storage key, graph)
-        self._eager_runs = {}  # key -> eager calls so far (the warm-up before its capture)
+        self._eager_runs = {}  # warm-up key -> eager calls so far (the warm-up before capture)
         self._said = set()
         self._pool = None
         self.failed: Optional[str] = None
@@ -54,11 +54,13 @@ class GraphCache:
 
     def graph_for(self, key, storage: tuple, read_storage: Callable[[], tuple], warmup: int,
                   layouts: str, what: str, make: Callable,
-                  on_failure: Callable = lambda: None):
+                  on_failure: Callable = lambda: None, warmup_key=None):
         """The graph for `key`, or None: run eagerly. `storage` lists the tensors a graph reads
         in place (one replaced since the capture: captured again); the first `warmup` calls of
-        a key run eagerly, the next one captures (read_storage() is taken after the capture,
-        which may have built lazy state); past max_graphs keys, eager with one line."""
+        a `warmup_key` (default: `key`) run eagerly, the next one captures (read_storage() is
+        taken after the capture, which may have built lazy state); past max_graphs keys, eager
+        with one line. Keys that share a warm-up key share its warm-up: the eager steps of a
+        new key only grow the eager cache beside the graphs' pool."""
         entry = self._graphs.get(key)
         if entry is not None and entry[0] == storage:
             return entry[1]
@@ -66,9 +68,10 @@ class GraphCache:
             self.say(f"eager: more than max_graphs={self.max_graphs} {layouts}; raise "
                      "max_graphs to capture more")
             return None
-        runs = self._eager_runs.get(key, 0)
+        warmup_key = key if warmup_key is None else warmup_key
+        runs = self._eager_runs.get(warmup_key, 0)
         if runs < warmup:
-            self._eager_runs[key] = runs + 1
+            self._eager_runs[warmup_key] = runs + 1
             return None
         graph = self.capture(key, what, make, on_failure)
         if graph is not None:

@@ -19,7 +19,9 @@ What a captured step needs, and what it does about it:
 - Gradient clipping: `clip_grad_norm_`/`clip_grad_value_` run in the graph; the norm is logged
   through redet_plugin.engine.defer_scalar (read back once per log interval).
 - Warm-up: the first `warmup_iters` steps of each graph's key run eagerly (cuDNN/cuBLAS set-up,
-  lazily built caches, the optimizer's momentum buffers), then the next one is captured.
+  lazily built caches, the optimizer's momentum buffers), then the next one is captured. A key
+  that differs from a captured one in gt capacity alone is captured at once: its eager steps
+  would only regrow the eager memory cache beside the graphs' pool.
 
 AMP (AmpOptimWrapper) is captured with SGD: torch's fused SGD takes the loss scaler's scale
 and inf flag as device tensors, and the scaler's update runs on the device.
@@ -134,7 +136,8 @@ class StepGraphs(GraphCache):
     Args:
         max_graphs: graphs kept at most (each batch layout that differs in input shape,
             metainfo or gt capacity needs its own).
-        warmup_iters: eager steps of each layout before its capture.
+        warmup_iters: eager steps of each layout before its capture (a layout that differs
+            from an earlier one in gt capacity alone shares its warm-up).
         min_gt_capacity: the smallest padded gt count.
     """
 
@@ -156,8 +159,10 @@ class StepGraphs(GraphCache):
                     gt_capacity([len(s.get("ignored_instances", ())) for s in samples],
                                  _MIN_IGNORED_CAPACITY))
         optimizer = optim_wrapper.optimizer
-        key = (tuple(inputs.shape), inputs.dtype, inputs.device, capacity,
-               tuple(_meta_key(s) for s in samples), walk.state_key(), _hyper_key(optimizer))
+        # a new gt capacity alone needs no warm-up: the convolutions' shapes are set up
+        warmup_key = (tuple(inputs.shape), inputs.dtype, inputs.device,
+                      tuple(_meta_key(s) for s in samples), walk.state_key(), _hyper_key(optimizer))
+        key = warmup_key + (capacity,)
         graph = self.graph_for(
             key, walk.storage_key() + _state_storage(optimizer),
             lambda: ModuleWalk(model).storage_key() + _state_storage(optimizer),
@@ -166,7 +171,7 @@ class StepGraphs(GraphCache):
             f"{capacity[1]} ignored gts per image",
             lambda pool: _StepGraph(model, inputs, samples, optim_wrapper, capacity, pool),
             # (gradients the failed capture made)
-            on_failure=lambda: optimizer.zero_grad(set_to_none=True))
+            on_failure=lambda: optimizer.zero_grad(set_to_none=True), warmup_key=warmup_key)
         if graph is None:
             return None
         log_vars = graph.replay(inputs, samples, optimizer)

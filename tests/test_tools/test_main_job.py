@@ -313,3 +313,38 @@ def test_demo_main_resumes_its_own_run(demo_run, demo_main_until_train):
     with pytest.raises(_Stopped) as stopped:
         demo_main_until_train(['--quick', '--config', TINY, '--work-dir', work_dir, '--data-root', data_root])
     assert stopped.value.args[0][2:6] == ['--work-dir', work_dir, '--resume', 'auto']
+
+
+@pytest.mark.parametrize('user_setting', [
+    None, ('PYTORCH_CUDA_ALLOC_CONF', 'garbage_collection_threshold:0.8'),
+    ('PYTORCH_ALLOC_CONF', 'max_split_size_mb:128')])
+def test_tools_use_expandable_segments_unless_the_allocator_is_configured(user_setting,
+                                                                          monkeypatch):
+    from tools._common import use_expandable_segments
+    names = ('PYTORCH_ALLOC_CONF', 'PYTORCH_CUDA_ALLOC_CONF')
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    if user_setting is not None:
+        monkeypatch.setenv(*user_setting)
+    use_expandable_segments()
+    settings = {name: os.environ[name] for name in names if name in os.environ}
+    if user_setting is not None:
+        assert settings == dict([user_setting])
+    else:
+        assert list(settings.values()) == ['expandable_segments:True']
+
+
+@pytest.mark.cuda
+def test_this_torch_reads_the_expandable_segments_setting_without_a_warning():
+    """In a fresh process (the allocator reads its settings once): the variable the tools set is
+    the one this torch reads, and it does not warn that the name is deprecated."""
+    env = {k: v for k, v in os.environ.items() if 'ALLOC_CONF' not in k}
+    code = ('from tools._common import use_expandable_segments; use_expandable_segments(); '
+            'import torch; torch.zeros(1, device="cuda"); '
+            'print(torch.cuda.memory._snapshot()["allocator_settings"]["expandable_segments"])')
+    env['PYTHONPATH'] = os.pathsep.join(p for p in (ROOT, env.get('PYTHONPATH')) if p)
+    done = subprocess.run([sys.executable, '-c', code], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == 'True'
+    assert 'deprecated' not in done.stderr, done.stderr
