@@ -288,11 +288,17 @@ def profile_detector(path, d):
                  num(test['uninstrumented_ms']), ''])
     graphs = 'as CUDA graphs' if d.get('graphs') else 'eagerly (`model.cuda_graph_features=False`)'
     weights = 'trained weights' if d.get('checkpoint') else 'random weights'
+    uninstrumented = ('the uninstrumented steps, run back to back with one synchronisation at the '
+                      'end as a Runner runs them, are timed beside' if 'gpu_busy' in train else
+                      'the uninstrumented step is timed beside')
+    if d.get('captured'):
+        uninstrumented += (' (each a whole CUDA graph: `cuda_graph_step`, `cuda_graph_predict`; '
+                           'the parts are timed eagerly)')
     intro = (f"Where one training iteration (batch 2) and one inference image of our R50 config "
              f"go, at {d['image_size']}², {'fp16 autocast' if d['amp'] else 'fp32'}, "
              f"{weights}, backbone and neck run {graphs}. Each part is timed with a CUDA "
-             f"synchronisation before and after it, which adds a little to each; the "
-             f"uninstrumented step is timed beside. Medians of {d['iters']} iterations and "
+             f"synchronisation before and after it, which adds a little to each; "
+             f"{uninstrumented}. Medians of {d['iters']} iterations and "
              f"{d['images']} images after {d['warmup']} unmeasured ones. Data loading is one "
              f"process loading and augmenting a batch (training overlaps it with the step by the "
              f"loader's workers).")
@@ -303,8 +309,10 @@ def profile_detector(path, d):
                      f"{num(kernels['train']['total_kernel_ms'])} ms of the training step's "
                      f"{num(train['uninstrumented_ms'])} ms, "
                      f"{num(kernels['test']['total_kernel_ms'])} ms of the inference step's "
-                     f"{num(test['uninstrumented_ms'])} ms: the rest of the step the GPU waits "
-                     f"for the host.")
+                     f"{num(test['uninstrumented_ms'])} ms"
+                     + (f" (GPU busy {100 * train['gpu_busy']:.0f}% and "
+                        f"{100 * test['gpu_busy']:.0f}%)" if 'gpu_busy' in train else '')
+                     + ": the rest of the step the GPU waits for the host.")
     return [intro, table(['part', 'training (ms)', 'share', 'inference, 1 image (ms)', 'share'],
                          rows), *after]
 
@@ -429,15 +437,17 @@ def summary(data):
                      f"mmrotate's loop {num(r['mmcv_loop_forward_backward_ms'])} ms",
                      ratio(r['mmcv_loop_forward_backward_ms'], r['fused_forward_backward_ms'])])
     detector = data.get('detector_vs_mmrotate')
-    if detector and 'mmrotate' in detector['runs'] and 'ours' in detector['runs']:
-        m, o = detector['runs']['mmrotate'], detector['runs']['ours']
-        rows.append(['ReDet R50, training s / iteration (batch 2, 1024²)',
-                     num(o['train']['median_iter_time_s']),
-                     f"mmrotate {num(m['train']['median_iter_time_s'])}",
-                     ratio(m['train']['median_iter_time_s'], o['train']['median_iter_time_s'])])
-        rows.append(['ReDet R50, test s / image',
-                     num(o['test']['s_per_image']), f"mmrotate {num(m['test']['s_per_image'])}",
-                     ratio(m['test']['s_per_image'], o['test']['s_per_image'])])
+    runs = detector['runs'] if detector else {}
+    peer = runs.get('mmrotate', {})
+    for run, how in (('ours', ''), ('ours_graph', ', whole step as one CUDA graph')):
+        ours = runs.get(run, {})
+        for part, key, what in (('train', 'median_iter_time_s', 'training s / iteration'),
+                                ('test', 's_per_image', 'test s / image')):
+            mine, theirs = (ours.get(part) or {}).get(key), (peer.get(part) or {}).get(key)
+            if mine is not None and theirs is not None:
+                rows.append([f'ReDet R50, {what} (batch {2 if part == "train" else 1}, '
+                             f'1024²{how})', num(mine), f'mmrotate {num(theirs)}',
+                             ratio(theirs, mine)])
     return table([f"what (fp32, one {' / '.join(devices) or 'GPU'})", 'ours', 'peer', 'speed-up'],
                  rows)
 

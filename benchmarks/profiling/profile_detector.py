@@ -7,7 +7,9 @@ the NMS calls, the optimizer step) with a CUDA synchronisation before and after,
 torch.profiler record_function range of the same name. The backward is split into heads / neck /
 backbone by handing the neck and the heads detached copies of their inputs and backpropagating
 the pieces one after the other. The synchronisations add a little to every part; the
-uninstrumented time of the same step (model.train_step / test_step) is reported beside the sum.
+uninstrumented time of the same step (model.train_step / test_step, the steps run back to back
+with one synchronisation at the end, as a Runner runs them) is reported beside the sum, and with
+CUDA the share of it the GPU spends in kernels (gpu_busy).
 Data loading is the time one process takes to load and augment a batch (num_workers=0; in
 training the loader's workers do this beside the GPU). The medians over --iters iterations /
 --images images follow --warmup unmeasured ones. With CUDA the longest kernels of an
@@ -252,19 +254,20 @@ def instrumented_test_image(model, batch, timer, args):
 
 
 def plain_test_image(model, batch, args):
-    with test_context(args):
+    with torch.no_grad(), test_context(args):  # (as mmengine's test loop runs it)
         model.test_step(batch)
 
 
-def median_ms(fn, batches, timer):
-    times = []
+def back_to_back_ms(fn, batches, timer):
+    """ms per call of `fn` over `batches` run one after the other, with one synchronisation at
+    the end: as a Runner runs its steps, the host may run ahead of the GPU, so this is the
+    larger of the host's and the GPU's time per step."""
+    timer.sync()
+    start = time.perf_counter()
     for batch in batches:
-        timer.sync()
-        start = time.perf_counter()
         fn(batch)
-        timer.sync()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+    timer.sync()
+    return 1000 * (time.perf_counter() - start) / len(batches)
 
 
 # ---- set-up -------------------------------------------------------------------------------------
@@ -397,16 +400,21 @@ def main(argv=None):
     # training: uninstrumented first, then instrumented
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+    from mmengine.logging import MessageHub
+    from redet_plugin.engine.deferred_scalars import attach_queue, detach_queue
+    hub = MessageHub.get_current_instance()
+    attach_queue(hub)  # (the logged values wait on the device, as RedetRuntimeInfoHook has them)
     for batch in train_batches[:args.warmup]:
         plain_train_step(model, batch, optim_wrapper)
-    train_plain = median_ms(lambda b: plain_train_step(model, b, optim_wrapper),
-                            train_batches[args.warmup:], timer)
+    train_plain = back_to_back_ms(lambda b: plain_train_step(model, b, optim_wrapper),
+                                  train_batches[args.warmup:], timer)
     # (a CUDA graph's memory is reserved in its own pool and not counted as allocated between
     # replays: the reserved peak is the one to compare with the graphs)
     train_memory = dict(peak_allocated_mb=torch.cuda.max_memory_allocated() // 2**20,
                         peak_reserved_mb=torch.cuda.max_memory_reserved() // 2**20) if cuda else None
     train_kernels = top_kernels(
         lambda: plain_train_step(model, train_batches[-1], optim_wrapper)) if cuda else None
+    detach_queue(hub)
     graphs, model.feature_graphs = getattr(model, 'feature_graphs', None), None  # (eager parts)
     step_graphs, model.step_graphs = getattr(model, 'step_graphs', None), None
     rows = instrument(model, timer, training=True)
@@ -425,8 +433,8 @@ def main(argv=None):
     timer = PartTimer(args.device)
     for batch in test_batches[:args.warmup]:
         plain_test_image(model, batch, args)
-    test_plain = median_ms(lambda b: plain_test_image(model, b, args), test_batches[args.warmup:],
-                           timer)
+    test_plain = back_to_back_ms(lambda b: plain_test_image(model, b, args),
+                                 test_batches[args.warmup:], timer)
     test_kernels = top_kernels(
         lambda: plain_test_image(model, test_batches[-1], args)) if cuda else None
     predict_graphs = getattr(model, 'predict_graphs', None)
@@ -451,6 +459,10 @@ def main(argv=None):
         torch=torch.__version__, warmup=args.warmup, iters=args.iters, images=args.images,
         train=train, test=test, kernels=dict(train=train_kernels, test=test_kernels),
         train_memory=train_memory)
+    if cuda:  # the share of the uninstrumented step's wall time the GPU runs kernels
+        for section, kernels in ((train, train_kernels), (test, test_kernels)):
+            section['gpu_busy'] = round(kernels['total_kernel_ms'] / section['uninstrumented_ms'],
+                                        3)
     result['markdown'] = markdown(result)
     with open(args.out, 'w') as f:
         json.dump(result, f, indent=1)
