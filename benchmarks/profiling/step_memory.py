@@ -20,6 +20,8 @@ MODES = {  # name: model options
     'eager': dict(cuda_graph_features=False),
     'feature_graphs': dict(cuda_graph_features=True),
     'step_graph': dict(cuda_graph_features=False, cuda_graph_step=True),
+    'step_graph_one_capacity': dict(cuda_graph_features=False,
+                                    cuda_graph_step=dict(min_gt_capacity=128)),
 }
 ALLOCATORS = {'fixed': None, 'expandable': 'expandable_segments:True'}
 GTS = (20, 30, 20, 30, 90, 20, 30, 20)  # gts per image, step by step (90: a second capacity)
