@@ -82,14 +82,17 @@ def run_one(mode):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--out', required=True)
+    p.add_argument('--modes', nargs='+', choices=list(MODES), default=list(MODES))
+    p.add_argument('--allocators', nargs='+', choices=list(ALLOCATORS), default=list(ALLOCATORS))
     p.add_argument('--one', help=argparse.SUPPRESS)  # (the child process: mode)
     args = p.parse_args(argv)
     if args.one:
         print(json.dumps(run_one(args.one)))
         return
     results = {}
-    for allocator, setting in ALLOCATORS.items():
-        for mode in MODES:
+    for allocator in args.allocators:
+        setting = ALLOCATORS[allocator]
+        for mode in args.modes:
             env = {k: v for k, v in os.environ.items() if 'ALLOC_CONF' not in k}
             if setting:
                 env['PYTORCH_ALLOC_CONF'] = setting

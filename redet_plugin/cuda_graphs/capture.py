@@ -6,11 +6,24 @@ import torch
 __all__ = ["capturing", "failure_reason"]
 
 CAPTURE_MODE = "thread_local"  # a data loader's pin-memory thread may keep using CUDA
+_CAPTURE_STREAMS = {}  # device index -> the side stream of every capture on that device
+
+
+def _capture_stream() -> torch.cuda.Stream:
+    """One side stream per device for all captures. The caching allocator gives a freed block
+    only to allocations on the stream that made it: graphs that share a memory pool reuse each
+    other's memory only when they were captured on the same stream; on streams of their own,
+    each graph would add its whole footprint to the pool."""
+    device = torch.cuda.current_device()
+    if device not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[device] = torch.cuda.Stream()
+    return _CAPTURE_STREAMS[device]
 
 
 @contextlib.contextmanager
 def capturing(graph: torch.cuda.CUDAGraph, pool):
-    """Captures the block's work into `graph` (memory from `pool`), on a side stream.
+    """Captures the block's work into `graph` (memory from `pool`), on the device's capture
+    stream.
 
     A capture that fails ends without its generator epilogue: torch's default CUDA generator
     stays marked as capturing, and every later random draw of the process raises ("Offset
@@ -18,7 +31,7 @@ def capturing(graph: torch.cuda.CUDAGraph, pool):
     """
     generator = torch.cuda.default_generators[torch.cuda.current_device()]
     saved = generator.clone_state()
-    side = torch.cuda.Stream()
+    side = _capture_stream()
     side.wait_stream(torch.cuda.current_stream())
     try:
         with torch.cuda.stream(side), torch.cuda.graph(graph, pool=pool, stream=side,

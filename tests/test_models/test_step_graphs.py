@@ -316,14 +316,23 @@ def test_more_gts_than_capacity_capture_again_or_run_eagerly(log_lines):
     assert any('more than max_graphs=1' in line for line in log_lines())
 
 
+def _pool_bytes(pool):
+    return sum(segment['total_size'] for segment in torch.cuda.memory._snapshot()['segments']
+               if tuple(segment.get('segment_pool_id', ())) == tuple(pool))
+
+
 @pytest.mark.cuda
-def test_a_second_gt_capacity_is_captured_without_warm_up(log_lines):
+def test_a_second_gt_capacity_is_captured_without_warm_up_and_shares_the_pool(log_lines):
     model = _detector('cuda', warmup_iters=1, min_gt_capacity=4, max_graphs=2)
     wrapper = _wrapper(model)
     _captured(model, wrapper, (3, 1))
+    first = _pool_bytes(model.step_graphs._pool)
     model.train_step(_batch('cuda', (9, 1), seed=3), wrapper)  # capacity 16
     assert len(model.step_graphs) == 2
     assert any('up to 16 gts' in line for line in log_lines())
+    # the second graph reuses the memory the first one frees between replays (a graph of its
+    # own memory would double the pool)
+    assert 0 < first and _pool_bytes(model.step_graphs._pool) < 1.5 * first
 
 
 @pytest.mark.cuda
