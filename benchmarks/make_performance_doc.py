@@ -319,6 +319,9 @@ def profile_detector(path, d):
 
 def host_syncs(path, d):
     graphs = 'as CUDA graphs' if d.get('cuda_graph_features') else 'eagerly'
+    if d.get('captured'):
+        graphs = ('within the whole step captured as one CUDA graph (`cuda_graph_step`, '
+                  '`cuda_graph_predict`: the recorded steps are replays)')
     paragraphs = [f"Host synchronisations (the host waiting for the GPU: a read-back such as "
                   f"`.item()`, or a data-dependent shape such as `nonzero()`) in one training "
                   f"step (`model.train_step`) and one test forward (`model.test_step`) of "
@@ -366,6 +369,28 @@ def data_loading(path, d):
             table(['workers', 'batches / s', 'ms per batch'], rows)]
 
 
+def step_memory(path, d):
+    rows = []
+    for name, result in d['results'].items():
+        mode, allocator = name.split('/')
+        if 'rows' not in result:
+            rows.append([f'`{mode}`', allocator, '', 'failed', ''])
+            continue
+        last = result['rows'][-1]
+        graphs = result.get('step_graphs')
+        rows.append([f'`{mode}`', allocator, '' if graphs is None else str(graphs),
+                     str(last['peak_allocated_mb']), str(last['peak_reserved_mb'])])
+    return [f"Peak CUDA memory of training steps of `{d['config']}` (batch 2, 1024², random "
+            f"weights and images; gts per image, step by step: {', '.join(map(str, d['gts']))}) "
+            f"by model options (`eager`: no CUDA graphs; `feature_graphs`: backbone and neck "
+            f"captured; `step_graph`: `cuda_graph_step`, gts padded to 64 or 128, two graphs; "
+            f"`step_graph_one_capacity`: every batch padded to 128 gts, one graph) and allocator "
+            f"setting (`expandable`: `expandable_segments:True`, as `tools/train.py` sets it; "
+            f"`fixed`: torch's default).",
+            table(['model', 'allocator', 'step graphs', 'peak allocated (MB)',
+                   'peak reserved (MB)'], rows)]
+
+
 # (title, file stem, benchmark script, renderer)
 SECTIONS = [
     ('RiRoIAlignRotated', 'riroi_align_rotated', 'benchmarks/ops/bench_riroi_align_rotated.py',
@@ -383,6 +408,8 @@ SECTIONS = [
      'benchmarks/detector/bench_detector_vs_mmrotate.py', detector_vs_mmrotate),
     ("Where the detector's step goes", 'profile_detector',
      'benchmarks/profiling/profile_detector.py', profile_detector),
+    ("Memory of a training step", 'step_memory', 'benchmarks/profiling/step_memory.py',
+     step_memory),
     ("Where the detector's step waits for the host", 'host_syncs',
      'benchmarks/profiling/list_host_syncs.py', host_syncs),
     ('The training data loader', 'data_loading', 'benchmarks/detector/bench_data_loading.py',

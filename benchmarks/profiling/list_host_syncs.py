@@ -30,6 +30,10 @@ def parse_args(argv=None):
     p.add_argument('--resize', type=int, help="Resize scale (default: the config's)")
     p.add_argument('--amp', action='store_true')
     p.add_argument('--eager', action='store_true', help='model.cuda_graph_features=False')
+    p.add_argument('--captured', action='store_true',
+                   help='the steps as whole CUDA graphs (model.cuda_graph_step, every batch '
+                        'padded to 256 gts, and model.cuda_graph_predict): the recorded steps '
+                        'are replays')
     p.add_argument('--warmup', type=int, default=2, help='steps run before the recorded one')
     args = p.parse_args(argv)
     args.device = 'cuda'
@@ -59,8 +63,8 @@ def main(argv=None):
     environment = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                        cuda=torch.version.cuda)
     result = dict(environment=environment, config=osp.relpath(args.config, REPO), amp=args.amp,
-                  cuda_graph_features=bool(cfg.model.get('cuda_graph_features', False))
-                  and not args.eager,
+                  cuda_graph_features=bool(cfg.model.get('cuda_graph_features', False)),
+                  captured=args.captured,
                   train_step=dict(syncs=sum(s['count'] for s in train), sites=train),
                   test_step=dict(syncs=sum(s['count'] for s in test), sites=test))
     with open(args.out, 'w') as f:

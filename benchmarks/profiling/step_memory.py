@@ -107,9 +107,14 @@ def main(argv=None):
             last = results[name].get('rows', [{}])[-1]
             print(name, 'peak reserved', last.get('peak_reserved_mb'), 'peak allocated',
                   last.get('peak_allocated_mb'), results[name].get('failed'), flush=True)
+    import torch
+    environment = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+                       cuda=torch.version.cuda)
     with open(args.out, 'w') as f:
-        json.dump(dict(what=__doc__.splitlines()[0], config=osp.relpath(CONFIG, REPO), gts=GTS,
-                       results=results), f, indent=1)
+        json.dump(dict(what=__doc__.splitlines()[0], environment=environment,
+                       command=' '.join(['python -m benchmarks.profiling.step_memory']
+                                        + (argv if argv is not None else sys.argv[1:])),
+                       config=osp.relpath(CONFIG, REPO), gts=GTS, results=results), f, indent=1)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,49 @@
+"""The detector's profiling tools (benchmarks/profiling) on the CPU: their arguments build the
+profiled model, and the profile runs end to end on the tiny config. Their numbers come from a GPU
+(benchmarks/results); here only that they run."""
+import json
+import os.path as osp
+
+import pytest
+import torch
+
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
+from benchmarks.profiling import list_host_syncs, profile_detector
+from tests.test_tools.test_data_tools import run_tool
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+TINY = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
+
+
+@pytest.fixture(scope='module')
+def data_root(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp('profiling') / 'syn')
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        run_tool('data/make_synthetic_dota.py', [root, '--num-train', '2', '--num-val', '2',
+                                                 '--image-size', '96'], monkeypatch)
+    return root
+
+
+@pytest.mark.parametrize('flags', [[], ['--eager'], ['--captured']])
+def test_list_host_syncs_arguments_build_the_profiled_model(flags, data_root):
+    with pytest.MonkeyPatch.context() as monkeypatch:  # (it refuses to run without a GPU)
+        monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+        args = list_host_syncs.parse_args(['--out', 'unused.json', '--config', TINY,
+                                           '--data-root', data_root] + flags)
+    args.device = 'cpu'
+    cfg, model, _, loaders = profile_detector.build(args)
+    assert (model.step_graphs is not None) == ('--captured' in flags)
+    assert (model.feature_graphs is not None) == (not flags and
+                                                  bool(cfg.model.get('cuda_graph_features')))
+    assert set(loaders) == {'train', 'val'}
+
+
+def test_profile_detector_runs_on_the_cpu(data_root, tmp_path):
+    out = tmp_path / 'profile.json'
+    profile_detector.main(['--out', str(out), '--config', TINY, '--data-root', data_root,
+                           '--warmup', '1', '--iters', '1', '--images', '1', '--captured'])
+    result = json.loads(out.read_text())
+    assert result['captured'] and result['device'] == 'cpu'
+    for step in ('train', 'test'):
+        assert result[step]['uninstrumented_ms'] > 0
+        assert 'gpu_busy' not in result[step]  # (kernel time exists only on a GPU)
