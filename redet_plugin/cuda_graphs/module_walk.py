@@ -12,8 +12,10 @@ class ModuleWalk:
         self.modules = list(net.modules())
         self.params = [p for m in self.modules for p in m._parameters.values() if p is not None]
         self.buffers = [b for m in self.modules for b in m._buffers.values() if b is not None]
-        # tensors read in place that are not buffers (CachedFilterR2Conv's eval-mode filters)
-        self.buffers += [t for m in self.modules if hasattr(m, "cached_tensors")
+        # tensors read in place that are not buffers (CachedFilterR2Conv's eval-mode filters);
+        # looked up on the class: hasattr on a module without it raises inside nn.Module's
+        # __getattr__, which for hundreds of modules costs more than the rest of the walk
+        self.buffers += [t for m in self.modules if getattr(type(m), "cached_tensors", None)
                          for t in m.cached_tensors()]
 
     def state_key(self) -> tuple:

@@ -361,3 +361,20 @@ def test_a_failed_capture_runs_eagerly_and_leaves_random_numbers_working(log_lin
     assert any('eager: the capture failed' in line for line in log_lines())
     assert all(torch.isfinite(v) for v in log_vars.values())
     torch.rand(4, device='cuda')  # the default generator is not left capturing
+
+
+def test_the_walk_lists_the_eval_filters_that_graphs_read_in_place():
+    """ModuleWalk's storage key covers every parameter, buffer and cached eval-mode filter
+    (CachedFilterR2Conv): a graph reads all of them in place."""
+    from redet_plugin.cuda_graphs.module_walk import ModuleWalk
+    from redet_plugin.models.equivariant import CachedFilterR2Conv
+    model = tiny_detector().eval()
+    convs = [m for m in model.modules() if isinstance(m, CachedFilterR2Conv)]
+    model.extract_feat(torch.zeros(1, 3, 64, 64))  # (eval mode expands the filters once)
+    filters = [t for conv in convs for t in conv.cached_tensors()]
+    assert convs and filters
+    walk = ModuleWalk(model)
+    listed = {id(t) for t in walk.buffers}
+    assert all(id(t) in listed for t in filters)
+    assert len(walk.params) == len(list(model.parameters()))
+    assert len(walk.buffers) == len(list(model.buffers())) + len(filters)
