@@ -209,6 +209,7 @@ DETECTOR_RUNS = {
     'ours_amp': 'ours, `--amp`',
     'ours_eager': 'ours, fp32, `model.cuda_graph_features=False`',
     'ours_graph': 'ours, fp32, `model.cuda_graph_step=True` (the whole step as one CUDA graph)',
+    'ours_graph_amp': 'ours, `--amp`, `model.cuda_graph_step=True`',
     'ours_dist2': 'ours, `tools/dist_train.sh` on 2 GPUs',
 }
 
@@ -249,10 +250,13 @@ def detector_vs_mmrotate(path, d):
              f"(the process's peak; a CUDA graph's pool is reserved, not allocated). Packages: "
              f"{packages}.")
     after = []
-    ours, amp = runs.get('ours', {}).get('train', {}), runs.get('ours_amp', {}).get('train', {})
-    if ours and amp:
-        after.append(f"`--amp` against our fp32 in training: "
-                     f"{ratio(ours['median_iter_time_s'], amp['median_iter_time_s'])}.")
+    for fp32_run, amp_run, how in (('ours', 'ours_amp', ''),
+                                   ('ours_graph', 'ours_graph_amp', ', whole step captured')):
+        ours = runs.get(fp32_run, {}).get('train', {})
+        amp = runs.get(amp_run, {}).get('train', {})
+        if ours and amp:
+            after.append(f"`--amp` against our fp32 in training{how}: "
+                         f"{ratio(ours['median_iter_time_s'], amp['median_iter_time_s'])}.")
     return [intro, table(['run', 's / iteration', 'test s / image', 'peak MB, allocated / reserved',
                           'mAP@0.5', 'training speed-up', 'test speed-up', 'loss first → last'],
                          rows), *after]

@@ -13,6 +13,7 @@ from scratch, then a test on the val split, each through its project's own tools
   ours_graph    ours with model.cuda_graph_step=True and, at test, cuda_graph_predict=True (the
                 whole training step / test forward as one CUDA graph; cuda_graph_features off:
                 the eager warm-up steps need no graphs of their own)
+  ours_graph_amp  ours_graph with --amp (AmpOptimWrapper with SGD, captured)
 Diagnostics, only with --runs: ours_profile and ours_amp_profile train as ours and ours_amp with
 mmengine's ProfilerHook on the last iterations, untimed and untested; their JSON holds the
 profiler's table (ops by self CPU time, CUDA time beside).
@@ -53,7 +54,7 @@ from redet_plugin.engine.peak_memory_hook import read_peaks
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 RUNS = ('mmrotate', 'ours', 'ours_amp', 'mmrotate_ops', 'ours_dist2', 'ours_eager',
-        'ours_graph')
+        'ours_graph', 'ours_graph_amp')
 # diagnostics, run only when named: where a training iteration's host time goes
 PROFILE_RUNS = ('ours_profile', 'ours_amp_profile')
 PROFILED_ITERS = 3  # the last iterations of a profile run, under torch.profiler
@@ -303,13 +304,13 @@ def commands(run, config, work_dir, test_dir, iters):
         train = ['bash', osp.join(REPO, 'tools/dist_train.sh'), config, '2']
     else:
         train = [sys.executable, osp.join(REPO, 'tools/train.py'), config]
-    train += ['--work-dir', work_dir] + (['--amp'] if run.startswith('ours_amp') else [])
+    train += ['--work-dir', work_dir] + (['--amp'] if 'amp' in run.split('_') else [])
     test = [sys.executable, osp.join(REPO, 'tools/test.py'), config, checkpoint, '--work-dir',
             test_dir]
     if run == 'ours_eager':
         train += ['--cfg-options', 'model.cuda_graph_features=False']
         test += ['--cfg-options', 'model.cuda_graph_features=False']
-    if run == 'ours_graph':
+    if run.startswith('ours_graph'):
         train += ['--cfg-options', 'model.cuda_graph_step=True', 'model.cuda_graph_features=False']
         test += ['--cfg-options', 'model.cuda_graph_predict=True',
                  'model.cuda_graph_features=False']
@@ -446,6 +447,7 @@ def comparison(runs, args):
         train_speedup_graph=ratio(step('mmrotate'), step('ours_graph')),
         train_graph_over_ours=ratio(step('ours'), step('ours_graph')),
         train_reserved_graph_over_mmrotate=ratio(reserved('ours_graph'), reserved('mmrotate')),
+        amp_speedup_graph=ratio(step('ours_graph'), step('ours_graph_amp')),
     )
     map_ok = args.iters >= args.min_iters_for_map
     has_maps = map_ok and None not in (map50('ours'), map50('ours_amp'))

@@ -1,6 +1,6 @@
-"""The detector's profiling tools (benchmarks/profiling) on the CPU: their arguments build the
-profiled model, and the profile runs end to end on the tiny config. Their numbers come from a GPU
-(benchmarks/results); here only that they run."""
+"""The detector's benchmark and profiling tools on the CPU: their arguments build the profiled
+model, the profile runs end to end on the tiny config, and each benchmark run gets its options.
+Their numbers come from a GPU (benchmarks/results); here only that they run."""
 import json
 import os.path as osp
 
@@ -47,3 +47,14 @@ def test_profile_detector_runs_on_the_cpu(data_root, tmp_path):
     for step in ('train', 'test'):
         assert result[step]['uninstrumented_ms'] > 0
         assert 'gpu_busy' not in result[step]  # (kernel time exists only on a GPU)
+
+
+@pytest.mark.parametrize('run, amp, step_graph', [
+    ('ours', False, False), ('ours_amp', True, False), ('ours_amp_profile', True, False),
+    ('ours_graph', False, True), ('ours_graph_amp', True, True)])
+def test_detector_bench_runs_get_their_options(run, amp, step_graph):
+    from benchmarks.detector.bench_detector_vs_mmrotate import commands
+    train, test, _ = commands(run, 'cfg.py', 'work', 'work_test', 10)
+    assert ('--amp' in train) == amp
+    assert ('model.cuda_graph_step=True' in train) == step_graph
+    assert ('model.cuda_graph_predict=True' in test) == step_graph
