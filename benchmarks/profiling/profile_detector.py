@@ -13,7 +13,8 @@ CUDA the share of it the GPU spends in kernels (gpu_busy).
 Data loading is the time one process takes to load and augment a batch (num_workers=0; in
 training the loader's workers do this beside the GPU). The medians over --iters iterations /
 --images images follow --warmup unmeasured ones. With CUDA the longest kernels of an
-uninstrumented step come from torch.profiler. Inference is most telling with trained weights
+uninstrumented step come from torch.profiler, and the ops whose kernels take longest from an
+eager step (eager_ops: by op, and by op and input shapes). Inference is most telling with trained weights
 (--checkpoint): an untrained head scores every class near 1/16 and the NMS sees thousands of boxes.
 The RPN's assigner and sampler are timed as parts of 'rpn loss'.
 
@@ -344,6 +345,32 @@ def top_kernels(fn, calls=2, count=15):
                 kernels_ms={name: round(ms, 3) for name, ms in ranked})
 
 
+def top_ops(fn, calls=2, count=20):
+    """Device ms per fn() call of the torch ops whose own kernels take longest, by op name and
+    by op and input shapes (torch.profiler): which ops the longest kernels come from. Run on
+    eager steps: a graph's replay has kernels but no ops."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                 record_shapes=True) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+
+    def ranked(events, name):
+        totals = defaultdict(float)
+        for event in events:
+            if event.device_type == DeviceType.CPU and event.self_device_time_total > 0:
+                totals[name(event)] += event.self_device_time_total / calls / 1000
+        return {key: round(ms, 3) for key, ms in sorted(totals.items(),
+                                                         key=lambda kv: -kv[1])[:count]}
+    return dict(by_op=ranked(prof.key_averages(), lambda e: e.key),
+                by_op_and_shapes=ranked(prof.key_averages(group_by_input_shape=True),
+                                        lambda e: f'{e.key} {e.input_shapes}'[:160]))
+
+
 # ---- report -------------------------------------------------------------------------------------
 def summary(timer, rows, data_ms, plain_ms, last_rows=()):
     parts = timer.medians_ms()
@@ -417,6 +444,8 @@ def main(argv=None):
     detach_queue(hub)
     graphs, model.feature_graphs = getattr(model, 'feature_graphs', None), None  # (eager parts)
     step_graphs, model.step_graphs = getattr(model, 'step_graphs', None), None
+    train_ops = top_ops(
+        lambda: plain_train_step(model, train_batches[-1], optim_wrapper)) if cuda else None
     rows = instrument(model, timer, training=True)
     split = BackwardSplit(model)
     for i, batch in enumerate(train_batches):
@@ -439,6 +468,7 @@ def main(argv=None):
         lambda: plain_test_image(model, test_batches[-1], args)) if cuda else None
     predict_graphs = getattr(model, 'predict_graphs', None)
     model.feature_graphs = model.predict_graphs = None
+    test_ops = top_ops(lambda: plain_test_image(model, test_batches[-1], args)) if cuda else None
     rows = instrument(model, timer, training=False)
     for i, batch in enumerate(test_batches):
         instrumented_test_image(model, batch, timer, args)
@@ -458,6 +488,7 @@ def main(argv=None):
         image_size=args.resize or 1024, device=torch.cuda.get_device_name() if cuda else 'cpu',
         torch=torch.__version__, warmup=args.warmup, iters=args.iters, images=args.images,
         train=train, test=test, kernels=dict(train=train_kernels, test=test_kernels),
+        eager_ops=dict(train=train_ops, test=test_ops),
         train_memory=train_memory)
     if cuda:  # the share of the uninstrumented step's wall time the GPU runs kernels
         for section, kernels in ((train, train_kernels), (test, test_kernels)):
@@ -472,6 +503,11 @@ def main(argv=None):
             print(f"\nlongest kernels, {name} ({kernels['total_kernel_ms']:.1f} ms of kernels):")
             for kernel, ms in kernels['kernels_ms'].items():
                 print(f'  {ms:8.3f} ms  {kernel}')
+    for name, ops in result['eager_ops'].items():
+        if ops:
+            print(f"\nops whose own kernels take longest, eager {name} step:")
+            for op, ms in ops['by_op'].items():
+                print(f'  {ms:8.3f} ms  {op}')
 
 
 if __name__ == '__main__':
