@@ -38,6 +38,8 @@ train_dataloader = dict(
                  pipeline=train_pipeline))
 val_dataloader = dict(
     batch_size=1, num_workers=2, persistent_workers=True, drop_last=False,
+    # pinned images: the copy to the GPU neither waits for the queued work nor stages the image
+    pin_memory=True,
     sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(type=dataset_type, data_root=data_root, ann_file='val/labelTxt/',
                  data_prefix=dict(img_path='val/images/'), test_mode=True, pipeline=val_pipeline))
@@ -45,7 +47,7 @@ val_evaluator = dict(type='RedetDOTAMetric', iou_thrs=0.5, ap_method='11points')
 
 # Test set (no annotations): write Task1 submission files, patches merged to full images.
 test_dataloader = dict(
-    batch_size=1, num_workers=2, persistent_workers=True, drop_last=False,
+    batch_size=1, num_workers=2, persistent_workers=True, drop_last=False, pin_memory=True,
     sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(type=dataset_type, data_root=data_root, ann_file='',
                  data_prefix=dict(img_path='test/images/'), test_mode=True, pipeline=test_pipeline))
