@@ -38,7 +38,8 @@ train_dataloader = dict(
                  pipeline=train_pipeline))
 val_dataloader = dict(
     batch_size=1, num_workers=2, persistent_workers=True, drop_last=False,
-    # pinned images: the copy to the GPU neither waits for the queued work nor stages the image
+    # pinned images: the data preprocessor's copy to the GPU is a DMA the host does not wait
+    # for (a pageable image is first copied by the host into a staging buffer)
     pin_memory=True,
     sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(type=dataset_type, data_root=data_root, ann_file='val/labelTxt/',
