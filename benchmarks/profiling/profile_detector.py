@@ -338,7 +338,9 @@ def top_kernels(fn, calls=2, count=15):
     for event in prof.key_averages():
         total = getattr(event, 'device_time_total', None) or getattr(event, 'cuda_time_total', 0)
         if total > 0:
-            name = event.key.replace('void ', '').split('<')[0].split('(')[0].split('::')[-1]
+            # (our kernels live in anonymous namespaces: "redet::(anonymous namespace)::k<...>")
+            name = event.key.replace('void ', '').replace('(anonymous namespace)::', '')
+            name = name.split('<')[0].split('(')[0].split('::')[-1]
             totals[name[:70]] += total / calls / 1000
     ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:count]
     return dict(total_kernel_ms=round(sum(totals.values()), 3),

@@ -122,6 +122,34 @@ def test_equal_scores_give_the_same_detections_in_some_order():
     torch.testing.assert_close(ours[1], theirs[1])  # both by score, highest first
 
 
+@pytest.mark.parametrize('class_agnostic', [False, True])
+def test_the_nms_pairs_only_candidates_of_one_class(class_agnostic, monkeypatch):
+    """The pairs at or below score_thr get labels of their own: the NMS computes IoUs among the
+    candidates of each class (all of them when class-agnostic), never with a non-candidate."""
+    from redet_plugin.models.layers import multiclass_nms as module
+    seen = {}
+    real = module.nms_keep_mask
+
+    def spy(boxes, scores, iou_threshold, labels=None):
+        seen['labels'] = labels
+        return real(boxes, scores, iou_threshold, labels)
+
+    monkeypatch.setattr(module, 'nms_keep_mask', spy)
+    boxes, scores = head_outputs(60, 4)
+    score_thr = 0.05
+    nms_cfg = dict(ROTATED_NMS, class_agnostic=class_agnostic)
+    assert_same_detections(fixed_detections(boxes, scores, score_thr, nms_cfg, 100),
+                           mmdet_detections(boxes, scores, score_thr, nms_cfg, 100))
+    candidate = scores[:, :-1].reshape(-1) > score_thr
+    labels = seen['labels']
+    assert 0 < int(candidate.sum()) < candidate.numel()
+    classes = torch.arange(4).repeat(60)
+    assert torch.equal(labels[candidate], torch.zeros_like(classes[candidate]) if class_agnostic
+                       else classes[candidate])
+    others = labels[~candidate]
+    assert bool((others >= 4).all()) and others.unique().numel() == others.numel()
+
+
 def test_bad_nms_config_is_named():
     boxes, scores = head_outputs(5, 2)
     with pytest.raises(ValueError, match="type must be 'nms_rotated'"):

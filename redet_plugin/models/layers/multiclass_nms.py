@@ -5,7 +5,9 @@ mmdet's version boolean-indexes the (RoI, class) pairs above score_thr and calls
 which returns a data-dependent number of indices: each step reads a size back from the GPU.
 Here every tensor has a size known from the input shapes alone:
 1. all (RoI, class) pairs are candidates, in mmdet's order (RoI-major); those at or below
-   score_thr get the score -inf for the NMS, so they are visited last and suppress nothing;
+   score_thr get a label of their own for the NMS, so they suppress nothing and the NMS
+   computes no IoU with them (with trained weights most pairs are below score_thr: the IoUs
+   of a class are then those of its few candidates, not of all RoIs);
 2. nms_keep_mask suppresses class by class (the labels; mmdet offsets each class's boxes apart
    instead, which is the same up to float rounding of the shifted coordinates);
 3. the kept candidates above score_thr, highest score first (a stable sort: equal scores keep
@@ -101,10 +103,11 @@ def multiclass_nms_fixed(multi_bboxes: Tensor, multi_scores: Tensor, score_thr: 
         boxes_for_nms = bboxes
         if not clockwise:  # mmcv's nms_rotated flips the angle for counter-clockwise boxes
             boxes_for_nms = torch.cat([bboxes[:, :4], -bboxes[:, 4:]], dim=1)
-        # masked_fill with a Python number: a scalar tensor would be copied from the host (a sync)
-        nms_scores = scores.masked_fill(~candidate, float('-inf'))
-        keep = nms_keep_mask(boxes_for_nms, nms_scores, iou_threshold,
-                             None if class_agnostic else labels)
+        # labels past the classes' for the pairs that are no candidates, one each
+        alone = torch.arange(num_classes, num_classes + labels.numel(), device=labels.device)
+        nms_labels = torch.where(candidate, labels.new_zeros(()) if class_agnostic else labels,
+                                 alone)
+        keep = nms_keep_mask(boxes_for_nms, scores, iou_threshold, nms_labels)
         kept = keep & candidate
 
     order, valid = kept_first(scores, kept, max_num)
