@@ -103,7 +103,7 @@ def multiclass_nms_fixed(multi_bboxes: Tensor, multi_scores: Tensor, score_thr: 
         boxes_for_nms = bboxes
         if not clockwise:  # mmcv's nms_rotated flips the angle for counter-clockwise boxes
             boxes_for_nms = torch.cat([bboxes[:, :4], -bboxes[:, 4:]], dim=1)
-        # labels past the classes' for the pairs that are no candidates, one each
+        # the pairs that are not candidates: one label each, past the classes' labels
         alone = torch.arange(num_classes, num_classes + labels.numel(), device=labels.device)
         nms_labels = torch.where(candidate, labels.new_zeros(()) if class_agnostic else labels,
                                  alone)
