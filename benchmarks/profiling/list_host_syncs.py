@@ -16,7 +16,7 @@ import os.path as osp
 
 import torch
 
-from benchmarks.profiling.profile_detector import REPO, build, load_batches
+from benchmarks.profiling.profile_detector import REPO, build, load_batches, queued_logs
 from redet_plugin.testing import record_host_syncs
 
 
@@ -47,14 +47,10 @@ def main(argv=None):
     cfg, model, optim_wrapper, loaders = build(args)
     train_batches, _ = load_batches(loaders['train'], args.warmup + 1)
     test_batches, _ = load_batches(loaders['val'], args.warmup + 1)
-    from mmengine.logging import MessageHub
-    from redet_plugin.engine.deferred_scalars import attach_queue, detach_queue
-    hub = MessageHub.get_current_instance()
-    attach_queue(hub)  # (the logged values wait on the device, as RedetRuntimeInfoHook has them)
-    for batch in train_batches[:-1]:
-        model.train_step(batch, optim_wrapper)
-    train = record_host_syncs(lambda: model.train_step(train_batches[-1], optim_wrapper))
-    detach_queue(hub)
+    with queued_logs():
+        for batch in train_batches[:-1]:
+            model.train_step(batch, optim_wrapper)
+        train = record_host_syncs(lambda: model.train_step(train_batches[-1], optim_wrapper))
     model.eval()
     with torch.no_grad():
         for batch in test_batches[:-1]:

@@ -14,14 +14,16 @@ Data loading is the time one process takes to load and augment a batch (num_work
 training the loader's workers do this beside the GPU). The medians over --iters iterations /
 --images images follow --warmup unmeasured ones. With CUDA the longest kernels of an
 uninstrumented step come from torch.profiler, and the ops whose kernels take longest from an
-eager step (eager_ops: by op, and by op and input shapes). Inference is most telling with trained weights
-(--checkpoint): an untrained head scores every class near 1/16 and the NMS sees thousands of boxes.
+eager step (eager_ops: by op, and by op and input shapes). Inference is most telling with
+trained weights (--checkpoint): an untrained head scores every class near 1/16 and the NMS sees
+thousands of boxes.
 The RPN's assigner and sampler are timed as parts of 'rpn loss'.
 
     python -m benchmarks.profiling.profile_detector --out profile.json [--checkpoint CKPT] [--amp]
 (from the repository root)
 """
 import argparse
+import contextlib
 import functools
 import json
 import os.path as osp
@@ -325,15 +327,36 @@ def load_batches(loader, count):
     return batches, 1000 * statistics.median(times)
 
 
-def top_kernels(fn, calls=2, count=15):
-    """Device ms per fn() call of its longest kernels (torch.profiler), names shortened."""
-    from torch.profiler import ProfilerActivity, profile
+@contextlib.contextmanager
+def queued_logs():
+    """Training steps within log their values as in a Runner with RedetRuntimeInfoHook: they
+    wait on the device (no read-back per step)."""
+    from mmengine.logging import MessageHub
+    from redet_plugin.engine.deferred_scalars import attach_queue, detach_queue
+    hub = MessageHub.get_current_instance()
+    attach_queue(hub)
+    try:
+        yield
+    finally:
+        detach_queue(hub)
+
+
+def _profiled(fn, calls, activities, **kwargs):
+    """torch.profiler over `calls` calls of fn, after one unprofiled call."""
+    from torch.profiler import profile
     fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=activities, **kwargs) as prof:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
+    return prof
+
+
+def top_kernels(fn, calls=2, count=15):
+    """Device ms per fn() call of its longest kernels (torch.profiler), names shortened."""
+    from torch.profiler import ProfilerActivity
+    prof = _profiled(fn, calls, [ProfilerActivity.CUDA])
     totals = defaultdict(float)
     for event in prof.key_averages():
         total = getattr(event, 'device_time_total', None) or getattr(event, 'cuda_time_total', 0)
@@ -352,14 +375,9 @@ def top_ops(fn, calls=2, count=20):
     by op and input shapes (torch.profiler): which ops the longest kernels come from. Run on
     eager steps: a graph's replay has kernels but no ops."""
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                 record_shapes=True) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity
+    prof = _profiled(fn, calls, [ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                     record_shapes=True)
 
     def ranked(events, name):
         totals = defaultdict(float)
@@ -429,21 +447,18 @@ def main(argv=None):
     # training: uninstrumented first, then instrumented
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    from mmengine.logging import MessageHub
-    from redet_plugin.engine.deferred_scalars import attach_queue, detach_queue
-    hub = MessageHub.get_current_instance()
-    attach_queue(hub)  # (the logged values wait on the device, as RedetRuntimeInfoHook has them)
-    for batch in train_batches[:args.warmup]:
-        plain_train_step(model, batch, optim_wrapper)
-    train_plain = back_to_back_ms(lambda b: plain_train_step(model, b, optim_wrapper),
-                                  train_batches[args.warmup:], timer)
-    # (a CUDA graph's memory is reserved in its own pool and not counted as allocated between
-    # replays: the reserved peak is the one to compare with the graphs)
-    train_memory = dict(peak_allocated_mb=torch.cuda.max_memory_allocated() // 2**20,
-                        peak_reserved_mb=torch.cuda.max_memory_reserved() // 2**20) if cuda else None
-    train_kernels = top_kernels(
-        lambda: plain_train_step(model, train_batches[-1], optim_wrapper)) if cuda else None
-    detach_queue(hub)
+    with queued_logs():
+        for batch in train_batches[:args.warmup]:
+            plain_train_step(model, batch, optim_wrapper)
+        train_plain = back_to_back_ms(lambda b: plain_train_step(model, b, optim_wrapper),
+                                      train_batches[args.warmup:], timer)
+        # (a CUDA graph's memory is reserved in its own pool and not counted as allocated
+        # between replays: the reserved peak is the one to compare with the graphs)
+        train_memory = dict(peak_allocated_mb=torch.cuda.max_memory_allocated() // 2**20,
+                            peak_reserved_mb=torch.cuda.max_memory_reserved() // 2**20
+                            ) if cuda else None
+        train_kernels = top_kernels(
+            lambda: plain_train_step(model, train_batches[-1], optim_wrapper)) if cuda else None
     graphs, model.feature_graphs = getattr(model, 'feature_graphs', None), None  # (eager parts)
     step_graphs, model.step_graphs = getattr(model, 'step_graphs', None), None
     train_ops = top_ops(
