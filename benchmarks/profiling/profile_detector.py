@@ -8,7 +8,8 @@ torch.profiler record_function range of the same name. The backward is split int
 backbone by handing the neck and the heads detached copies of their inputs and backpropagating
 the pieces one after the other. The synchronisations add a little to every part; the
 uninstrumented time of the same step (model.train_step / test_step, the steps run back to back
-with one synchronisation at the end, as a Runner runs them) is reported beside the sum, and with
+with one synchronisation at the end, as a Runner runs them; test steps as RedetTestLoop runs them,
+each batch's detections cut after the next batch is launched) is reported beside the sum, and with
 CUDA the share of it the GPU spends in kernels (gpu_busy).
 Data loading is the time one process takes to load and augment a batch (num_workers=0; in
 training the loader's workers do this beside the GPU). The medians over --iters iterations /
@@ -258,7 +259,17 @@ def instrumented_test_image(model, batch, timer, args):
 
 def plain_test_image(model, batch, args):
     with torch.no_grad(), test_context(args):  # (as mmengine's test loop runs it)
-        model.test_step(batch)
+        return model.test_step(batch)
+
+
+def one_behind_test_ms(model, batches, timer, args):
+    """back_to_back_ms of the test steps as RedetTestLoop runs them."""
+    from redet_plugin.engine import OneBatchBehind
+    behind = OneBatchBehind(lambda idx, batch, outputs: None)  # (it cuts the outputs)
+    ms = back_to_back_ms(
+        lambda b: behind.step(0, b, lambda b: plain_test_image(model, b, args)), batches, timer)
+    behind.flush()
+    return ms
 
 
 def back_to_back_ms(fn, batches, timer):
@@ -479,8 +490,7 @@ def main(argv=None):
     timer = PartTimer(args.device)
     for batch in test_batches[:args.warmup]:
         plain_test_image(model, batch, args)
-    test_plain = back_to_back_ms(lambda b: plain_test_image(model, b, args),
-                                 test_batches[args.warmup:], timer)
+    test_plain = one_behind_test_ms(model, test_batches[args.warmup:], timer, args)
     test_kernels = top_kernels(
         lambda: plain_test_image(model, test_batches[-1], args)) if cuda else None
     predict_graphs = getattr(model, 'predict_graphs', None)

@@ -67,8 +67,10 @@ model = dict(
 # batch 4 (the data set's default), 100 iterations per epoch
 max_epochs = 12
 train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=max_epochs, val_interval=max_epochs)
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
+# mmengine's loops, each batch evaluated after the next batch's forward is launched: the GPU
+# does not wait while the host evaluates (redet_plugin/engine/one_behind_loops.py)
+val_cfg = dict(type='RedetValLoop')
+test_cfg = dict(type='RedetTestLoop')
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=100),
     dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[9, 11], gamma=0.1)

@@ -138,6 +138,25 @@ def test_cuda_test_forward_waits_only_for_the_final_cut(monkeypatch):
         torch.cuda.set_sync_debug_mode('default')
 
 
+@pytest.mark.cuda
+def test_cuda_test_forward_keeping_its_padding_waits_for_nothing():
+    """As the validation and test loops run it (engine/one_behind_loops.py): the cut is theirs."""
+    from redet_plugin.models.layers.padded_results import keep_padding
+    model = tiny_detector('cuda').eval()
+    inputs = torch.randn(2, 3, 128, 128, device='cuda')
+    samples = _cuda_samples()
+    with torch.no_grad(), keep_padding():
+        for _ in range(3):
+            model.predict(inputs, samples)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode('error')
+        try:
+            results = model.predict(inputs, samples)
+        finally:
+            torch.cuda.set_sync_debug_mode('default')
+    assert all('valid' in sample.pred_instances for sample in results)
+
+
 def _forbid_sync_until_the_cut(cut):
     def wrapped(*args, **kwargs):
         torch.cuda.set_sync_debug_mode('default')  # the cut's read-back is the one wait allowed
@@ -197,6 +216,16 @@ def test_test_forward_reads_no_value_before_its_final_cut(meta_rotated_iou):
     ours = [entry for entry in info.traceback if 'redet_plugin' in str(entry.path)]
     assert ours[-1].name == 'cut_padding'
     assert '.tolist()' in str(ours[-1].statement)
+
+
+def test_test_forward_keeping_its_padding_reads_no_value(meta_rotated_iou):
+    from redet_plugin.models.layers.padded_results import keep_padding
+    model = tiny_detector().eval().to('meta')
+    inputs, samples = _meta_inputs()
+    with torch.no_grad(), keep_padding():
+        results = model.predict(inputs, samples)
+    preds = [sample.pred_instances for sample in results]
+    assert all('valid' in pred and pred.bboxes.device.type == 'meta' for pred in preds)
 
 
 @pytest.mark.parametrize('device, dtype', [

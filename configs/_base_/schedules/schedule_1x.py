@@ -1,7 +1,9 @@
 # 12 epochs, SGD lr 0.005 (batch 2 on one GPU), linear warm-up 500 iterations, steps at 8 and 11.
 train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=12, val_interval=12)
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
+# mmengine's loops, each batch evaluated after the next batch's forward is launched: the GPU
+# does not wait while the host evaluates (redet_plugin/engine/one_behind_loops.py)
+val_cfg = dict(type='RedetValLoop')
+test_cfg = dict(type='RedetTestLoop')
 
 param_scheduler = [
     dict(type='LinearLR', start_factor=1.0 / 3, by_epoch=False, begin=0, end=500),

@@ -4,7 +4,9 @@ The R-CNN head's detections are fixed-size (multiclass_nms_fixed): valid rows fi
 padding. `cut_padding` turns a batch of them into mmdet's results with one read-back for the
 whole batch (the valid counts). A captured test forward (cuda_graph_predict) must end before
 that read-back: inside `keep_padding()` the head returns the fixed-size results with `valid`,
-and the caller cuts them after the graph's replay.
+and the caller cuts them after the graph's replay. The validation and test loops
+(engine/one_behind_loops.py) keep the padding through the whole test step and cut a batch's
+results after the next batch's forward is launched.
 """
 import contextlib
 import threading
@@ -46,3 +48,11 @@ def cut_padding(results_list: List[InstanceData]) -> List[InstanceData]:
                 cut[key] = value[:count]
         results_list[i] = cut
     return results_list
+
+
+def cut_sample_padding(samples: list) -> list:
+    """The data samples with their pred_instances cut (cut_padding: one read-back in all)."""
+    holders = [s for s in samples if 'pred_instances' in s]
+    for sample, pred in zip(holders, cut_padding([s.pred_instances for s in holders])):
+        sample.pred_instances = pred
+    return samples
