@@ -24,13 +24,15 @@ python3 -m benchmarks.detector.bench_detector_vs_mmrotate --out "$OUT/detector_v
   --log-dir "$LOGS" --budget-s $(( $(left) - PROFILE_S )) "$@" > "$LOGS/bench.log" 2>&1
 say "bench rc=$? $(( $(date +%s) - start )) s"; tail -45 "$LOGS/bench.log" | tee -a "$OUT/detector_summary.txt"
 # The profile takes the bench's data and image size, and for inference the weights its `ours` run
-# trained (an untrained head floods the NMS with boxes).
+# (else another of ours, fp32 first) trained (an untrained head floods the NMS with boxes).
 read -r DATA RESIZE CKPT < <(python3 -c "
 import json, os
 r = json.load(open('$OUT/detector_vs_mmrotate.json'))
-s, ours = r['settings'], r['runs'].get('ours', {}).get('train', {})
-ckpt = os.path.join(ours.get('work_dir', ''), 'iter_%d.pth' % s['iters'])
-print(s['data_root'], s['resize'], ckpt if os.path.isfile(ckpt) else '')" 2>/dev/null)
+s = r['settings']
+ours = sorted((n for n in r['runs'] if n.startswith('ours')), key=lambda n: (n != 'ours', 'amp' in n))
+ckpts = [os.path.join(r['runs'][n].get('train', {}).get('work_dir', ''), 'iter_%d.pth' % s['iters'])
+         for n in ours]
+print(s['data_root'], s['resize'], next((c for c in ckpts if os.path.isfile(c)), ''))" 2>/dev/null)
 start=$(date +%s)
 timeout $(( $(left) > 10 ? $(left) - 5 : 5 )) python3 -m benchmarks.profiling.profile_detector \
   --out "$OUT/profile_detector.json" ${DATA:+--data-root "$DATA" --resize "$RESIZE"} \
