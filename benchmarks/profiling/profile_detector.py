@@ -262,14 +262,13 @@ def plain_test_image(model, batch, args):
         return model.test_step(batch)
 
 
-def one_behind_test_ms(model, batches, timer, args):
-    """back_to_back_ms of the test steps as RedetTestLoop runs them."""
+def one_behind(model, args):
+    """A test step as RedetTestLoop runs it, `step(batch)`, and `flush()`, which finishes the
+    last."""
     from redet_plugin.engine import OneBatchBehind
     behind = OneBatchBehind(lambda idx, batch, outputs: None)  # (it cuts the outputs)
-    ms = back_to_back_ms(
-        lambda b: behind.step(0, b, lambda b: plain_test_image(model, b, args)), batches, timer)
-    behind.flush()
-    return ms
+    return (lambda b: behind.step(0, b, lambda b: plain_test_image(model, b, args)),
+            behind.flush)
 
 
 def back_to_back_ms(fn, batches, timer):
@@ -377,8 +376,32 @@ def top_kernels(fn, calls=2, count=15):
             name = name.split('<')[0].split('(')[0].split('::')[-1]
             totals[name[:70]] += total / calls / 1000
     ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:count]
+    from torch.autograd import DeviceType
+    spans = [(e.time_range.start, e.time_range.end) for e in prof.events()
+             if e.device_type == DeviceType.CUDA]
+    launch_gaps_ms, waits_ms = device_idle_ms(spans)
     return dict(total_kernel_ms=round(sum(totals.values()), 3),
-                kernels_ms={name: round(ms, 3) for name, ms in ranked})
+                kernels_ms={name: round(ms, 3) for name, ms in ranked},
+                kernels_per_call=round(len(spans) / calls),
+                launch_gaps_ms=round(launch_gaps_ms / calls, 3),
+                device_waits_ms=round(waits_ms / calls, 3))
+
+
+def device_idle_ms(spans, launch_gap_us=20.0):
+    """The device's idle time between its activities ((start, end) in us, any order), in ms:
+    (gaps of at most launch_gap_us each, the latency between kernels launched back to back or
+    replayed from a graph; longer gaps, the device waiting for the host)."""
+    short = long = 0.0
+    busy_until = None
+    for start, end in sorted(spans):
+        if busy_until is not None and start > busy_until:
+            gap = start - busy_until
+            if gap <= launch_gap_us:
+                short += gap
+            else:
+                long += gap
+        busy_until = end if busy_until is None else max(busy_until, end)
+    return short / 1000, long / 1000
 
 
 def top_ops(fn, calls=2, count=20):
@@ -490,9 +513,10 @@ def main(argv=None):
     timer = PartTimer(args.device)
     for batch in test_batches[:args.warmup]:
         plain_test_image(model, batch, args)
-    test_plain = one_behind_test_ms(model, test_batches[args.warmup:], timer, args)
-    test_kernels = top_kernels(
-        lambda: plain_test_image(model, test_batches[-1], args)) if cuda else None
+    test_step, finish_test = one_behind(model, args)
+    test_plain = back_to_back_ms(test_step, test_batches[args.warmup:], timer)
+    test_kernels = top_kernels(lambda: test_step(test_batches[-1])) if cuda else None
+    finish_test()
     predict_graphs = getattr(model, 'predict_graphs', None)
     model.feature_graphs = model.predict_graphs = None
     test_ops = top_ops(lambda: plain_test_image(model, test_batches[-1], args)) if cuda else None
@@ -527,7 +551,10 @@ def main(argv=None):
     print(result['markdown'])
     for name, kernels in result['kernels'].items():
         if kernels:
-            print(f"\nlongest kernels, {name} ({kernels['total_kernel_ms']:.1f} ms of kernels):")
+            print(f"\nlongest kernels, {name} ({kernels['total_kernel_ms']:.1f} ms of "
+                  f"{kernels['kernels_per_call']} kernels; the device idle "
+                  f"{kernels['launch_gaps_ms']:.1f} ms between kernels launched back to back, "
+                  f"{kernels['device_waits_ms']:.1f} ms waiting):")
             for kernel, ms in kernels['kernels_ms'].items():
                 print(f'  {ms:8.3f} ms  {kernel}')
     for name, ops in result['eager_ops'].items():

@@ -5,7 +5,8 @@ mmengine's loops read each batch's detections back (their data-dependent count) 
 the next batch, so the GPU idles while the host loads, preprocesses, launches, evaluates and runs
 the hooks. These loops launch batch i's forward with its detections kept fixed-size
 (keep_padding), then cut, evaluate and hand to the hooks batch i-1's: that read-back waits for
-batch i-1 only, with batch i queued behind it on the GPU. Metrics, outputs and hook arguments
+batch i-1 only, with batch i queued behind it on the GPU (on a GPU, batch i-1 is read on a stream
+that waits for its step alone). Metrics, outputs and hook arguments
 are those of mmengine's loops; each batch's after_*_iter comes after the next batch's
 before_*_iter. A model that returns cut results (no padding) runs the same way.
 """
@@ -26,23 +27,42 @@ __all__ = ['OneBatchBehind', 'TestLoop', 'ValLoop']
 
 class OneBatchBehind:
     """Runs each batch's step, then finishes the batch before it: `finish(idx, batch, outputs)`
-    gets outputs cut (cut_sample_padding). `flush()` finishes the last one."""
+    gets outputs cut (cut_sample_padding). `flush()` finishes the last one.
+
+    On a GPU a batch is finished on a stream of its own that waits for that batch's step alone:
+    on the step's stream, its reads (the cut, a metric's `.cpu()`) would queue behind the next
+    batch's step and wait for it too."""
 
     def __init__(self, finish: Callable):
         self.finish = finish
         self.pending: Optional[tuple] = None
+        self._reader: Optional[torch.cuda.Stream] = None
 
     def step(self, idx: int, batch, run_step: Callable) -> None:
         with keep_padding():
             outputs = run_step(batch)
+        done = None
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            done = torch.cuda.Event()
+            done.record()
         self.flush()
-        self.pending = (idx, batch, outputs)
+        self.pending = (idx, batch, outputs, done)
 
     def flush(self) -> None:
-        if self.pending is not None:
-            idx, batch, outputs = self.pending
-            self.pending = None
+        if self.pending is None:
+            return
+        idx, batch, outputs, done = self.pending
+        self.pending = None
+        if done is None:
             self.finish(idx, batch, cut_sample_padding(outputs))
+            return
+        if self._reader is None:
+            self._reader = torch.cuda.Stream()
+        self._reader.wait_event(done)
+        with torch.cuda.stream(self._reader):
+            self.finish(idx, batch, cut_sample_padding(outputs))
+        # (what the finish queued is done before the step's stream reuses the batch's memory)
+        torch.cuda.current_stream().wait_stream(self._reader)
 
 
 def _run(loop, mode: str, step_name: str, losses: dict) -> dict:

@@ -52,6 +52,35 @@ def test_a_batch_is_read_back_after_the_next_batch_is_launched():
     assert len(events) == 8
 
 
+@pytest.mark.cuda
+def test_on_a_gpu_a_batch_is_read_without_waiting_for_the_next():
+    """Each step keeps the GPU busy for about 0.1 s: batch 0's cut and reads must end while
+    batch 1's step still runs (on the step's stream they would wait for it)."""
+    from mmdet.structures import DetDataSample
+    ends, seen = {}, []
+
+    def run_step(batch):
+        torch.cuda._sleep(200_000_000)  # (GPU clock cycles)
+        sample = DetDataSample()
+        sample.pred_instances = InstanceData(scores=torch.ones(4, device='cuda'),
+                                             valid=torch.arange(4, device='cuda') <= batch)
+        ends[batch] = torch.cuda.Event()
+        ends[batch].record()
+        return [sample]
+
+    def finish(idx, batch, outputs):
+        scores = outputs[0].pred_instances.scores.cpu()  # (a metric's read)
+        later = ends.get(batch + 1)
+        seen.append((len(scores), ends[batch].query(), None if later is None else later.query()))
+
+    behind = OneBatchBehind(finish)
+    for idx in range(3):
+        behind.step(idx, idx, run_step)
+    behind.flush()
+    torch.cuda.synchronize()
+    assert seen == [(1, True, False), (2, True, False), (3, True, None)]
+
+
 class _Recorder(Hook):
     def __init__(self):
         self.events, self.outputs = [], []

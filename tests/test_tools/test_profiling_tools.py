@@ -58,3 +58,10 @@ def test_detector_bench_runs_get_their_options(run, amp, step_graph):
     assert ('--amp' in train) == amp
     assert ('model.cuda_graph_step=True' in train) == step_graph
     assert ('model.cuda_graph_predict=True' in test) == step_graph
+
+
+def test_device_idle_splits_launch_gaps_from_waits():
+    # (us) two overlapping kernels, a 5 us launch gap, a 100 us wait, a 20 us gap (launch)
+    spans = [(200, 230), (0, 10), (5, 15), (20, 80), (180, 200), (250, 260)]
+    launch_gaps, waits = profile_detector.device_idle_ms(spans)
+    assert (launch_gaps, waits) == pytest.approx((0.025, 0.1))
