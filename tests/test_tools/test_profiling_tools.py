@@ -60,6 +60,18 @@ def test_detector_bench_runs_get_their_options(run, amp, step_graph):
     assert ('model.cuda_graph_predict=True' in test) == step_graph
 
 
+@pytest.mark.parametrize('captured_map, met', [(0.609, True), (0.589, False), (0.63, False)])
+def test_the_captured_map_goal_compares_with_the_eager_run(captured_map, met):
+    from types import SimpleNamespace
+
+    from benchmarks.detector.bench_detector_vs_mmrotate import comparison
+    runs = dict(ours=dict(test=dict(mAP50=0.6)), ours_graph=dict(test=dict(mAP50=captured_map)))
+    long_enough = SimpleNamespace(iters=1000, min_iters_for_map=1000)
+    assert comparison(runs, long_enough)['goals']['captured_map_within_1_point_of_eager'] is met
+    too_short = SimpleNamespace(iters=60, min_iters_for_map=1000)
+    assert comparison(runs, too_short)['goals']['captured_map_within_1_point_of_eager'] is None
+
+
 def test_device_idle_splits_launch_gaps_from_waits():
     # (us) two overlapping kernels, a 5 us launch gap, a 100 us wait, a 20 us gap (launch)
     spans = [(200, 230), (0, 10), (5, 15), (20, 80), (180, 200), (250, 260)]

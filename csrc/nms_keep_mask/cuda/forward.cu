@@ -40,7 +40,11 @@ __device__ __forceinline__ int group_end_block(const int64_t* sorted_labels, int
                                                int num_blocks) {
   if (sorted_labels == nullptr) return num_blocks;
   const int64_t last = sorted_labels[min(n, (block + 1) * kBlockBoxes) - 1];
-  int lo = block + 1, hi = num_blocks;
+  // The common answer first (two loads, not a search's dependent ones): the greedy scan asks
+  // for every block in turn, and blocks of labels seen once (the pairs a multiclass NMS sets
+  // apart) or of small groups end their group at once.
+  if (block + 1 >= num_blocks || sorted_labels[(block + 1) * kBlockBoxes] > last) return block + 1;
+  int lo = block + 2, hi = num_blocks;
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
     if (sorted_labels[mid * kBlockBoxes] > last) {
