@@ -41,7 +41,8 @@ def test_list_host_syncs_arguments_build_the_profiled_model(flags, data_root):
 def test_profile_detector_runs_on_the_cpu(data_root, tmp_path):
     out = tmp_path / 'profile.json'
     profile_detector.main(['--out', str(out), '--config', TINY, '--data-root', data_root,
-                           '--warmup', '1', '--iters', '1', '--images', '1', '--captured'])
+                           '--warmup', '1', '--iters', '1', '--images', '1', '--captured',
+                           '--device', 'cpu'])
     result = json.loads(out.read_text())
     assert result['captured'] and result['device'] == 'cpu'
     for step in ('train', 'test'):
