@@ -254,12 +254,43 @@ def detector_vs_mmrotate(path, d):
                                    ('ours_graph', 'ours_graph_amp', ', whole step captured')):
         ours = runs.get(fp32_run, {}).get('train', {})
         amp = runs.get(amp_run, {}).get('train', {})
-        if ours and amp:
+        if ours and amp and not math.isfinite(amp.get('loss_last_logged', math.nan)):
+            after.append(f"`--amp` against our fp32 in training{how}: not compared, the `--amp` "
+                         f"run's logged losses were not finite.")
+        elif ours and amp:
             after.append(f"`--amp` against our fp32 in training{how}: "
                          f"{ratio(ours['median_iter_time_s'], amp['median_iter_time_s'])}.")
     return [intro, table(['run', 's / iteration', 'test s / image', 'peak MB, allocated / reserved',
                           'mAP@0.5', 'training speed-up', 'test speed-up', 'loss first → last'],
                          rows), *after]
+
+
+def captured_training(path, d):
+    s, runs = d['settings'], d['runs']
+    rows = []
+    for name in ('ours', 'ours_graph'):
+        run = runs.get(name, {})
+        train, test = run.get('train', {}), run.get('test', {})
+        if not train or not test:
+            reason = run.get('skipped') or run.get('error') or 'not run'
+            rows.append([DETECTOR_RUNS.get(name, name), f'not measured ({not_measured(reason)})',
+                         '', '', ''])
+            continue
+        reserved = train.get('peak_cuda_memory', {}).get('reserved_mb')
+        rows.append([DETECTOR_RUNS.get(name, name), num(train['median_iter_time_s']),
+                     num(test.get('s_per_image')), num(reserved), num(test.get('mAP50'))])
+    goal = d['goals'].get('captured_map_within_1_point_of_eager')
+    verdict = {True: 'met', False: 'not met', None: 'not judged'}[goal]
+    intro = (f"A training run with the whole step captured (`model.cuda_graph_step=True`, tested "
+             f"with `model.cuda_graph_predict=True`) against one with the config's defaults "
+             f"(eager step, backbone and neck as CUDA graphs), both trained from scratch in the "
+             f"same run through `tools/train.py` for {s['iters']} iterations at batch "
+             f"{s['batch_per_gpu']} on the same synthetic set ({s['images']['train']} training "
+             f"images, {s['resize']}²) and tested with `tools/test.py` on {s['images']['val']} "
+             f"images. Times as in the section above, after {s['skip']} warm-up iterations.")
+    return [intro, table(['run', 's / iteration', 'test s / image', 'peak reserved MB',
+                          'mAP@0.5'], rows),
+            f"Goal, the captured run's mAP within 0.01 of the eager run's: {verdict}."]
 
 
 def _merge(first, second):
@@ -316,7 +347,16 @@ def profile_detector(path, d):
                      f"{num(test['uninstrumented_ms'])} ms"
                      + (f" (GPU busy {100 * train['gpu_busy']:.0f}% and "
                         f"{100 * test['gpu_busy']:.0f}%)" if 'gpu_busy' in train else '')
-                     + ": the rest of the step the GPU waits for the host.")
+                     + ".")
+        if 'device_waits_ms' in kernels['test']:
+            after.append("Where the GPU is idle within those steps: "
+                         + "; ".join(f"{what}, {kernels[side]['kernels_per_call']} kernels with "
+                                     f"{num(kernels[side]['launch_gaps_ms'])} ms of gaps between "
+                                     f"kernels launched back to back and "
+                                     f"{num(kernels[side]['device_waits_ms'])} ms waiting for "
+                                     f"the host" for side, what in (('train', 'training'),
+                                                                   ('test', 'inference')))
+                         + ".")
     return [intro, table(['part', 'training (ms)', 'share', 'inference, 1 image (ms)', 'share'],
                          rows), *after]
 
@@ -410,6 +450,9 @@ SECTIONS = [
      'benchmarks/ops/bench_re_resnet.py', re_resnet),
     ('The detector against mmrotate', 'detector_vs_mmrotate',
      'benchmarks/detector/bench_detector_vs_mmrotate.py', detector_vs_mmrotate),
+    ('Captured training against eager training', 'captured_training',
+     'benchmarks/detector/bench_detector_vs_mmrotate.py --runs ours ours_graph',
+     captured_training),
     ("Where the detector's step goes", 'profile_detector',
      'benchmarks/profiling/profile_detector.py', profile_detector),
     ("Memory of a training step", 'step_memory', 'benchmarks/profiling/step_memory.py',

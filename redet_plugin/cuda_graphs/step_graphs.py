@@ -24,7 +24,10 @@ What a captured step needs, and what it does about it:
   would only regrow the eager memory cache beside the graphs' pool.
 
 AMP (AmpOptimWrapper) is captured with SGD: torch's fused SGD takes the loss scaler's scale
-and inf flag as device tensors, and the scaler's update runs on the device.
+and inf flag as device tensors, and the scaler's update runs on the device. Where the inf check
+skipped every warm-up step, no step has made SGD's momentum buffers: they are made as zeros
+before the capture (a first step's result when dampening is 0; with dampening, eager steps run
+until one has made them).
 
 Anything a graph cannot serve runs the eager step, with one line (once per reason) naming why:
 another optim wrapper, AmpOptimWrapper with another optimizer (its loss scaling would read the
@@ -110,6 +113,7 @@ class _StepGraph:
         # the capture's backward must make new gradients (in the graph's pool), not accumulate
         # into tensors that the eager steps made and later free
         optimizer.zero_grad(set_to_none=True)
+        _start_momentum(optimizer)
         self.graph = torch.cuda.CUDAGraph()
         with _device_lr(optimizer, self.lrs), capturing(self.graph, pool):
             self.names, self.values, self.norm_key = step_body(model, self.inputs, self.samples,
@@ -189,6 +193,12 @@ class StepGraphs(GraphCache):
                 type(optim_wrapper.optimizer) is not torch.optim.SGD:
             return (f"AmpOptimWrapper with {type(optim_wrapper.optimizer).__name__}: only SGD "
                     "(as fused SGD) takes the loss scaler's inf check on the device")
+        optimizer = optim_wrapper.optimizer
+        if isinstance(optimizer, torch.optim.SGD) and \
+                any(g["dampening"] != 0 for g in optimizer.param_groups) and \
+                _lacks_momentum(optimizer):
+            return ("SGD with dampening before its first step (that step makes the momentum "
+                    "buffers; a graph cannot)")
         if optim_wrapper._accumulative_counts != 1:
             return "gradient accumulation (accumulative_counts > 1)"
         if type(optim_wrapper.optimizer) not in _OPTIMIZERS:
@@ -240,6 +250,31 @@ class _device_lr:
         for group, (lr, foreach, fused) in zip(self.optimizer.param_groups, self.saved):
             group.update(lr=lr, foreach=foreach, fused=fused)
         self.optimizer._step_supports_amp_scaling = self.amp_scaling
+
+
+def _start_momentum(optimizer) -> None:
+    """SGD's momentum buffers, made before a capture where no step made them yet (the eager
+    steps before it were all skipped by AMP's inf check). Torch's first SGD step makes them
+    inside the step and tells its kernel so: captured, every replay would run as a first step
+    (no momentum), and a first replay skipped by the inf check would leave them uninitialised
+    for the later graphs. A zero buffer gives the first step's result, grad, when dampening
+    is 0 (unsupported() sends the other case eager)."""
+    if not isinstance(optimizer, torch.optim.SGD):
+        return
+    for group in optimizer.param_groups:
+        if group["momentum"] == 0:
+            continue
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if p.requires_grad and state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
+def _lacks_momentum(optimizer) -> bool:
+    """SGD with momentum whose buffers a first step has still to make."""
+    return isinstance(optimizer, torch.optim.SGD) and any(
+        g["momentum"] != 0 and optimizer.state.get(p, {}).get("momentum_buffer") is None
+        for g in optimizer.param_groups for p in g["params"] if p.requires_grad)
 
 
 def _clip(optim_wrapper) -> Optional[torch.Tensor]:

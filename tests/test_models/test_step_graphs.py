@@ -122,6 +122,44 @@ def test_unsupported_steps_name_their_reason(case, reason):
     assert said is not None and said.startswith(reason)
 
 
+def test_sgd_with_dampening_waits_eagerly_for_its_first_step():
+    from redet_plugin.cuda_graphs.module_walk import ModuleWalk
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, dampening=0.1)
+    said = StepGraphs().unsupported(torch.zeros(1), OptimWrapper(opt), ModuleWalk(model))
+    assert said.startswith('SGD with dampening before its first step'), said
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()  # (it makes the momentum buffers)
+    said = StepGraphs().unsupported(torch.zeros(1), OptimWrapper(opt), ModuleWalk(model))
+    assert said == 'the inputs are not on a CUDA device'
+
+
+@pytest.mark.parametrize('nesterov', [False, True])
+def test_zero_momentum_buffers_give_sgds_first_step(nesterov):
+    """Buffers made before a capture where no step made them: the steps from them equal
+    torch's SGD making them in its first step (dampening 0), and existing ones are kept."""
+    from redet_plugin.cuda_graphs.step_graphs import _start_momentum
+    models = [torch.nn.Linear(3, 2) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    frozen = torch.nn.Parameter(torch.ones(2), requires_grad=False)
+    opts = [torch.optim.SGD([{'params': list(m.parameters())}, {'params': [frozen]}], lr=0.1,
+                            momentum=0.9, nesterov=nesterov, weight_decay=1e-2) for m in models]
+    _start_momentum(opts[1])
+    buffers = [opts[1].state[p]['momentum_buffer'] for p in models[1].parameters()]
+    assert all(torch.equal(b, torch.zeros_like(b)) for b in buffers)
+    assert 'momentum_buffer' not in opts[1].state.get(frozen, {})
+    x = torch.randn(4, 3)
+    for _ in range(3):
+        for model, opt in zip(models, opts):
+            opt.zero_grad()
+            (model(x) ** 2).sum().backward()
+            opt.step()
+    for ours, ref in zip(models[1].parameters(), models[0].parameters()):
+        torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-7)
+    _start_momentum(opts[1])  # (buffers that exist are kept)
+    assert [opts[1].state[p]['momentum_buffer'] for p in models[1].parameters()] == buffers
+
+
 def test_eager_fallback_is_the_plain_train_step(log_lines):
     """On the CPU the option changes nothing but one line in the log."""
     results = []
@@ -196,15 +234,18 @@ def test_the_captured_step_body_is_the_eager_step():
 
 
 # ---- on the GPU ---------------------------------------------------------------------------------
-def _steps(captured, num_steps, batches, lrs=None, optimizer='SGD', amp=False):
+def _steps(captured, num_steps, batches, lrs=None, optimizer='SGD', amp=False,
+           skip_first=False):
     """(model, log values, wrapper) after `num_steps` steps of the tiny detector: with
     cuda_graph_step (1 eager warm-up step, then captured ones), or eagerly on gts padded as the
-    graph pads them, so that both draw the same random numbers."""
+    graph pads them, so that both draw the same random numbers. skip_first (AMP): the first
+    step's loss scale is infinite, so the scaler skips it; then the scale is 1024."""
     from redet_plugin.models.gt_padding import pad_gt_instances
     model = _detector('cuda', warmup_iters=1, min_gt_capacity=16)
     if not captured:
         model.step_graphs = None
-    wrapper = _wrapper(model, optimizer, amp)
+    wrapper = _wrapper(model, optimizer, amp, **(
+        dict(loss_scale=dict(init_scale=float('inf'))) if skip_first else {}))
     logs = []
     for step in range(num_steps):
         data = copy.deepcopy(batches[step % len(batches)])
@@ -216,6 +257,9 @@ def _steps(captured, num_steps, batches, lrs=None, optimizer='SGD', amp=False):
                 group['lr'] = lrs[step]
         torch.cuda.manual_seed(100 + step)
         logs.append(model.train_step(data, wrapper))
+        if skip_first and step == 0:
+            assert not wrapper.optimizer.state  # (skipped: no momentum buffers)
+            wrapper.loss_scaler.update(1024.0)
     if captured:
         assert model.step_graphs.failed is None, model.step_graphs.failed
     return model, logs, wrapper
@@ -286,6 +330,28 @@ def test_captured_amp_steps_give_the_eager_amp_steps():
             torch.testing.assert_close(ours[key], ref[key], rtol=1e-3, atol=1e-3)
     for (name, ref), ours in zip(eager.state_dict().items(), graphed.state_dict().values()):
         torch.testing.assert_close(ours, ref, rtol=1e-3, atol=1e-4, msg=name)
+
+
+@pytest.mark.cuda
+def test_captured_amp_steps_after_a_skipped_warm_up_give_the_eager_amp_steps():
+    """The warm-up step overflows (an infinite loss scale) and the scaler skips it, so no step
+    has made SGD's momentum buffers when the graph is captured: the replays must still apply
+    momentum, as the eager steps do from their first applied step."""
+    batches = [_batch('cuda', (3, 5), seed=0), _batch('cuda', (7, 1), seed=1)]
+    (eager, eager_logs, eager_wrapper), (graphed, graphed_logs, wrapper) = [
+        _steps(captured, 4, batches, amp=True, skip_first=True) for captured in (False, True)]
+    assert len(graphed.step_graphs) == 1
+    torch.testing.assert_close(wrapper.loss_scaler.get_scale(),
+                               eager_wrapper.loss_scaler.get_scale())
+    for ref, ours in zip(eager_logs[1:], graphed_logs[1:]):
+        for key in ref:
+            torch.testing.assert_close(ours[key], ref[key], rtol=1e-3, atol=1e-3)
+    start = tiny_detector('cuda').state_dict()
+    for name, ref in eager.state_dict().items():
+        ours = graphed.state_dict()[name]
+        assert torch.isfinite(ours).all(), name
+        torch.testing.assert_close(ours, ref, rtol=1e-3, atol=1e-4, msg=name)
+    assert any(not torch.equal(start[k], v) for k, v in graphed.state_dict().items())
 
 
 @pytest.mark.cuda
