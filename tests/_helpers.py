@@ -35,6 +35,19 @@ def full_fp32():
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = previous
 
 
+@contextlib.contextmanager
+def waits_for_nothing():
+    """Any host synchronisation in the block raises, those inside compiled ops too (they warn
+    outside Python's warning machinery): torch.cuda.set_sync_debug_mode('error') after the
+    GPU has finished what came before."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
+
+
 def assert_close_to_scale(ours, ref, tol):
     """Each pair of tensors close up to tol relative to the reference's largest value (in float32
     the flow projection's depth gradient, -(G + out)/count, cancels large terms: the summation

@@ -8,6 +8,7 @@ from mmdet.models.roi_heads.roi_extractors import SingleRoIExtractor
 from mmdet.registry import MODELS
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
+from tests._helpers import waits_for_nothing
 
 LAYERS = [dict(type='RedetRoIPool', output_size=7),
           dict(type='RoIAlign', output_size=7, sampling_ratio=0)]
@@ -68,11 +69,7 @@ def test_cuda_waits_for_nothing_and_matches_mmdet():
     ours = extractor(LAYERS[0]).cuda()
     feats, rois = inputs(1, device='cuda')
     ours(feats, rois).sum().backward()  # warm-up: first-call allocations
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode('error')
-    try:
+    with waits_for_nothing():
         result = ours(feats, rois)
         result.sum().backward()
-    finally:
-        torch.cuda.set_sync_debug_mode('default')
     assert torch.equal(result, SingleRoIExtractor.forward(ours, feats, rois))

@@ -14,6 +14,7 @@ from mmengine.structures import InstanceData
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.models.task_modules import MaxIoUAssigner
+from tests._helpers import waits_for_nothing
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SEEDS = range(40)
@@ -202,12 +203,8 @@ def test_cuda_same_result_and_no_host_sync(gt_max_assign_all):
         overlaps, labels = tied_overlaps(seed, torch.float32)
         overlaps, labels = overlaps.cuda(), labels.cuda()
         expected = theirs.assign_wrt_overlaps(overlaps.clone(), labels)
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode('error')
-        try:
+        with waits_for_nothing():
             result = ours.assign_wrt_overlaps(overlaps.clone(), labels)
-        finally:
-            torch.cuda.set_sync_debug_mode('default')
         assert_same_result(result, expected)
         cpu = ours.assign_wrt_overlaps(overlaps.cpu(), labels.cpu())
         assert torch.equal(result.gt_inds.cpu(), cpu.gt_inds)
@@ -280,11 +277,7 @@ def test_cuda_assign_with_ignore_and_valid_waits_for_nothing():
                        labels=torch.randint(0, 5, (9, ), generator=g).cuda())
     ignore = InstanceData(bboxes=grid_boxes(2, g).cuda())
     ours.assign(InstanceData(priors=priors, valid=valid), gts, ignore)  # warm-up
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode('error')
-    try:
+    with waits_for_nothing():
         result = ours.assign(InstanceData(priors=priors, valid=valid), gts, ignore)
-    finally:
-        torch.cuda.set_sync_debug_mode('default')
     members = theirs.assign(InstanceData(priors=priors[valid]), gts, ignore)
     assert torch.equal(result.gt_inds[valid], members.gt_inds)

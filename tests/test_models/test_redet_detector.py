@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-from tests._helpers import make_samples, tiny_detector
+from tests._helpers import make_samples, tiny_detector, waits_for_nothing
 
 
 @pytest.fixture(scope='module')
@@ -102,13 +102,8 @@ def test_cuda_training_step_waits_for_nothing():
 
     syncs = record_host_syncs(warm_step)  # names the Python call sites, if any
     assert syncs == [], syncs
-    # waits inside compiled ops warn outside Python's warning machinery: 'error' raises for all
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode('error')
-    try:
+    with waits_for_nothing():
         warm_step()
-    finally:
-        torch.cuda.set_sync_debug_mode('default')
 
 
 @pytest.mark.cuda
@@ -129,13 +124,8 @@ def test_cuda_test_forward_waits_only_for_the_final_cut(monkeypatch):
     # and none inside compiled ops, whose waits warn outside Python's warning machinery
     monkeypatch.setattr(roi_transformer_head, 'cut_padding',
                         _forbid_sync_until_the_cut(roi_transformer_head.cut_padding))
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode('error')
-    try:
-        with torch.no_grad():
-            model.predict(inputs, samples)
-    finally:
-        torch.cuda.set_sync_debug_mode('default')
+    with torch.no_grad(), waits_for_nothing():
+        model.predict(inputs, samples)
 
 
 @pytest.mark.cuda
@@ -148,12 +138,8 @@ def test_cuda_test_forward_keeping_its_padding_waits_for_nothing():
     with torch.no_grad(), keep_padding():
         for _ in range(3):
             model.predict(inputs, samples)
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode('error')
-        try:
+        with waits_for_nothing():
             results = model.predict(inputs, samples)
-        finally:
-            torch.cuda.set_sync_debug_mode('default')
     assert all('valid' in sample.pred_instances for sample in results)
 
 

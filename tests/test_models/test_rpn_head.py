@@ -12,6 +12,7 @@ from mmengine.config import ConfigDict
 from mmengine.structures import InstanceData
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
+from tests._helpers import waits_for_nothing
 
 STRIDES = [4, 8, 16, 32, 64]
 PAD = 128
@@ -194,13 +195,9 @@ def test_cuda_loss_and_proposals_wait_for_nothing_and_match_the_cpu():
     ours.cuda()
     # the first call builds the anchors (a copy from the host) and kept afterwards
     ours.loss_by_feat(*cuda_outs, cuda_gts, metas)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode('error')
-    try:
+    with waits_for_nothing():
         losses = ours.loss_by_feat(*cuda_outs, cuda_gts, metas)
         proposals = ours.predict_by_feat(*cuda_outs, batch_img_metas=metas, cfg=proposal_cfg())
-    finally:
-        torch.cuda.set_sync_debug_mode('default')
     assert all(torch.isfinite(v) for v in losses.values())
     expected = ours.cpu().predict_by_feat(*outs, batch_img_metas=metas, cfg=proposal_cfg())
     for res, exp in zip(proposals, expected):

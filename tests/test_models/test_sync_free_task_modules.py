@@ -11,6 +11,7 @@ from mmdet.registry import MODELS, TASK_UTILS
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.models.task_modules.fixed_size_sampler import check_random_sampler, sample_masks
+from tests._helpers import waits_for_nothing
 
 
 def random_boxes(n, g, scale=100.0):
@@ -165,15 +166,11 @@ def test_cuda_coder_overlaps_and_sampler_wait_for_nothing():
     a, b = random_boxes(100, g).cuda(), random_boxes(100, g).cuda()
     gt_inds = gt_inds_with(50, 300, 10, g).cuda()
     sampler = RandomSampler(num=64, pos_fraction=0.25, neg_pos_ub=3)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode('error')
-    try:
+    with waits_for_nothing():
         deltas = coder.encode(a, b)
         decoded = coder.decode(a, deltas, max_shape=(90, 90))
         iou = overlaps(a, b)
         drawn = sample_masks(gt_inds, sampler)
-    finally:
-        torch.cuda.set_sync_debug_mode('default')
     theirs = MMDetDeltaXYWHBBoxCoder(**CODER_CFGS[1])
     assert torch.equal(deltas, theirs.encode(a, b))
     assert torch.equal(decoded, theirs.decode(a, theirs.encode(a, b), max_shape=(90, 90)))

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from redet_plugin.ops import nms_keep_mask
-from tests._helpers import random_horizontal_boxes, random_rotated_boxes, safe_iou_threshold
+from tests._helpers import (random_horizontal_boxes, random_rotated_boxes, safe_iou_threshold,
+                            waits_for_nothing)
 
 pytestmark = pytest.mark.cuda
 
@@ -126,13 +127,9 @@ def test_cuda_no_host_synchronisation(box_dim):
     with_labels = safe_iou_threshold(boxes, labels, 0.5)
     without = safe_iou_threshold(boxes, None, 0.5)
     nms_keep_mask(boxes, scores, with_labels, labels)  # warm-up: first-call allocations, init
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with waits_for_nothing():
         keep = nms_keep_mask(boxes, scores, with_labels, labels)
         no_labels = nms_keep_mask(boxes, scores, without)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
     cpu = [boxes.cpu(), scores.cpu()]
     assert torch.equal(keep.cpu(), nms_keep_mask(*cpu, with_labels, labels.cpu()))
     assert torch.equal(no_labels.cpu(), nms_keep_mask(*cpu, without))
