@@ -17,6 +17,7 @@ from mmdet.registry import LOOPS
 from mmengine.runner import TestLoop as MMEngineTestLoop
 from mmengine.runner import ValLoop as MMEngineValLoop
 from mmengine.runner.amp import autocast
+# (mmengine's own handling of losses that a val/test step returns; since mmengine 0.10.5)
 from mmengine.runner.loops import _parse_losses, _update_losses
 
 from ..models.layers.padded_results import cut_sample_padding, keep_padding
