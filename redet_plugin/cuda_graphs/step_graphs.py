@@ -196,7 +196,7 @@ class StepGraphs(GraphCache):
         optimizer = optim_wrapper.optimizer
         if isinstance(optimizer, torch.optim.SGD) and \
                 any(g["dampening"] != 0 for g in optimizer.param_groups) and \
-                _lacks_momentum(optimizer):
+                _missing_momentum(optimizer):
             return ("SGD with dampening before its first step (that step makes the momentum "
                     "buffers; a graph cannot)")
         if optim_wrapper._accumulative_counts != 1:
@@ -252,6 +252,14 @@ class _device_lr:
         self.optimizer._step_supports_amp_scaling = self.amp_scaling
 
 
+def _missing_momentum(optimizer) -> list:
+    """The parameters of an SGD with momentum whose buffers no step has made yet."""
+    if not isinstance(optimizer, torch.optim.SGD):
+        return []
+    return [p for g in optimizer.param_groups if g["momentum"] != 0 for p in g["params"]
+            if p.requires_grad and optimizer.state.get(p, {}).get("momentum_buffer") is None]
+
+
 def _start_momentum(optimizer) -> None:
     """SGD's momentum buffers, made before a capture where no step made them yet (the eager
     steps before it were all skipped by AMP's inf check). Torch's first SGD step makes them
@@ -259,22 +267,9 @@ def _start_momentum(optimizer) -> None:
     (no momentum), and a first replay skipped by the inf check would leave them uninitialised
     for the later graphs. A zero buffer gives the first step's result, grad, when dampening
     is 0 (unsupported() sends the other case eager)."""
-    if not isinstance(optimizer, torch.optim.SGD):
-        return
-    for group in optimizer.param_groups:
-        if group["momentum"] == 0:
-            continue
-        for p in group["params"]:
-            state = optimizer.state[p]
-            if p.requires_grad and state.get("momentum_buffer") is None:
-                state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-
-
-def _lacks_momentum(optimizer) -> bool:
-    """SGD with momentum whose buffers a first step has still to make."""
-    return isinstance(optimizer, torch.optim.SGD) and any(
-        g["momentum"] != 0 and optimizer.state.get(p, {}).get("momentum_buffer") is None
-        for g in optimizer.param_groups for p in g["params"] if p.requires_grad)
+    for p in _missing_momentum(optimizer):
+        optimizer.state[p]["momentum_buffer"] = torch.zeros_like(
+            p, memory_format=torch.preserve_format)
 
 
 def _clip(optim_wrapper) -> Optional[torch.Tensor]:

@@ -6,5 +6,5 @@ from .runtime_info_hook import RuntimeInfoHook
 # (last: the loops import the models, whose CUDA graphs import the optim wrapper above)
 from .one_behind_loops import OneBatchBehind, TestLoop, ValLoop  # noqa: E402,I001
 
-__all__ = ['OneBatchBehind', 'OptimWrapper', 'PeakMemoryHook', 'RuntimeInfoHook', 'TestLoop', 'ValLoop',
-           'defer_scalar', 'read_peaks']
+__all__ = ['OneBatchBehind', 'OptimWrapper', 'PeakMemoryHook', 'RuntimeInfoHook', 'TestLoop',
+           'ValLoop', 'defer_scalar', 'read_peaks']

@@ -5,10 +5,10 @@ mmengine's loops read each batch's detections back (their data-dependent count) 
 the next batch, so the GPU idles while the host loads, preprocesses, launches, evaluates and runs
 the hooks. These loops launch batch i's forward with its detections kept fixed-size
 (keep_padding), then cut, evaluate and hand to the hooks batch i-1's: that read-back waits for
-batch i-1 only, with batch i queued behind it on the GPU (on a GPU, batch i-1 is read on a stream
-that waits for its step alone). Metrics, outputs and hook arguments
-are those of mmengine's loops; each batch's after_*_iter comes after the next batch's
-before_*_iter. A model that returns cut results (no padding) runs the same way.
+batch i-1 only, with batch i queued behind it on the GPU (batch i-1 is read on a stream that
+waits for its step alone). Metrics, outputs and hook arguments are those of mmengine's loops;
+each batch's after_*_iter comes after the next batch's before_*_iter. A model that returns cut
+results (no padding) runs the same way.
 """
 from typing import Callable, Optional
 
