@@ -260,6 +260,14 @@ def detector_vs_mmrotate(path, d):
         elif ours and amp:
             after.append(f"`--amp` against our fp32 in training{how}: "
                          f"{ratio(ours['median_iter_time_s'], amp['median_iter_time_s'])}.")
+    for name, run in runs.items():
+        test, eager = run.get('test', {}), run.get('test_eager_predict', {})
+        if test.get('mAP50') is not None and eager.get('mAP50') is not None:
+            after.append(f"The same checkpoint of {DETECTOR_RUNS.get(name, name)}, tested with "
+                         f"the test forward eager (`model.cuda_graph_predict=False`): mAP@0.5 "
+                         f"{num(eager['mAP50'])} against {num(test['mAP50'])} captured, "
+                         f"{num(eager.get('s_per_image'))} s / image against "
+                         f"{num(test.get('s_per_image'))}.")
     return [intro, table(['run', 's / iteration', 'test s / image', 'peak MB, allocated / reserved',
                           'mAP@0.5', 'training speed-up', 'test speed-up', 'loss first → last'],
                          rows), *after]

@@ -14,6 +14,8 @@ from scratch, then a test on the val split, each through its project's own tools
                 whole training step / test forward as one CUDA graph; cuda_graph_features off:
                 the eager warm-up steps need no graphs of their own)
   ours_graph_amp  ours_graph with --amp (AmpOptimWrapper with SGD, captured)
+The ours_graph runs test their checkpoint twice: with cuda_graph_predict, then eagerly
+(`test_eager_predict`), for the mAP of the captured test forward against the eager one.
 Diagnostics, only with --runs: ours_profile and ours_amp_profile train as ours and ours_amp with
 mmengine's ProfilerHook on the last iterations, untimed and untested; their JSON holds the
 profiler's table (ops by self CPU time, CUDA time beside).
@@ -67,7 +69,8 @@ MEMORY_HOOK_IMPORT = 'redet_plugin.mm'  # registers RedetPeakMemoryHook (with th
 MEMORY_HOOK = dict(type='mmdet.RedetPeakMemoryHook')
 # speed-ups over mmrotate (training, test), amp's speed-up and mAP cost, scaling on 2 GPUs
 GOALS = dict(train_speedup=2.5, test_speedup=3.0, amp_speedup=1.4, amp_map_drop=0.01,
-             dist2_scaling=1.85, captured_train_speedup=5.0, captured_map_gap=0.01)
+             dist2_scaling=1.85, captured_train_speedup=5.0, captured_map_gap=0.01,
+             captured_test_map_gap=0.002)
 
 
 def add_run_and_data_args(p, work_root):
@@ -317,6 +320,13 @@ def commands(run, config, work_dir, test_dir, iters):
     return train, test, {}
 
 
+def eager_predict_command(test_cmd, test_dir, eager_dir):
+    """An ours_graph run's test command with the test forward eager, its logs in eager_dir."""
+    return [eager_dir if arg == test_dir else
+            arg.replace('model.cuda_graph_predict=True', 'model.cuda_graph_predict=False')
+            for arg in test_cmd]
+
+
 def subprocess_env(extra=None):
     env = dict(os.environ, PYTHONUNBUFFERED='1', PYTHON=sys.executable)
     env['PYTHONPATH'] = os.pathsep.join(p for p in (REPO, env.get('PYTHONPATH')) if p)
@@ -403,6 +413,14 @@ def bench_run(run, args, config, gpus, deadline):
     result['test'] = test_summary(test_dir)
     print(f"{run}: {result['train']['median_iter_time_s']:.4f} s/iter, "
           f"{result['test']['s_per_image']} s/image, mAP {result['test']['mAP50']}", flush=True)
+    if run.startswith('ours_graph'):  # the same checkpoint, tested eagerly
+        eager_dir = test_dir + '_eager'
+        eager_cmd = eager_predict_command(test_cmd, test_dir, eager_dir)
+        shutil.rmtree(eager_dir, ignore_errors=True)
+        rc, _ = run_logged(eager_cmd, osp.join(args.log_dir, f'test_{run}_eager.log'),
+                           time_left(args, deadline), subprocess_env(test_env))
+        result['test_eager_predict'] = (test_summary(eager_dir) if rc == 0
+                                        else dict(error=f'test rc={rc}'))
     return result
 
 
@@ -422,12 +440,12 @@ def comparison(runs, args):
     def at_least(value, bound):
         return None if value is None else bool(value >= bound)
 
-    step, image, memory, test_memory, rate, map50, reserved, test_reserved = (
+    step, image, memory, test_memory, rate, map50, reserved, test_reserved, eager_map50 = (
         lambda run, k=k: get(run, *k) for k in (
             ('train', 'median_iter_time_s'), ('test', 's_per_image'), ('train', 'peak_memory_mb'),
             ('test', 'peak_memory_mb'), ('train', 'images_per_s'), ('test', 'mAP50'),
             ('train', 'peak_cuda_memory', 'reserved_mb'),
-            ('test', 'peak_cuda_memory', 'reserved_mb')))
+            ('test', 'peak_cuda_memory', 'reserved_mb'), ('test_eager_predict', 'mAP50')))
     ratios = dict(
         train_speedup_ours=ratio(step('mmrotate'), step('ours')),
         train_speedup_mmrotate_ops=ratio(step('mmrotate'), step('mmrotate_ops')),
@@ -473,6 +491,11 @@ def comparison(runs, args):
         captured_map_within_1_point_of_eager=(
             bool(abs(map50('ours') - map50('ours_graph')) <= GOALS['captured_map_gap'])
             if map_ok and None not in (map50('ours'), map50('ours_graph')) else None),
+        # the captured test forward against the eager one, on the same checkpoint
+        captured_test_map_within_0_002_of_eager=(
+            bool(abs(map50('ours_graph') - eager_map50('ours_graph'))
+                 <= GOALS['captured_test_map_gap'])
+            if None not in (map50('ours_graph'), eager_map50('ours_graph')) else None),
     )
     notes = [] if map_ok else [f'mAP goals null: {args.iters} iterations < '
                                f'--min-iters-for-map {args.min_iters_for_map}']

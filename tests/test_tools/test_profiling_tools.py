@@ -73,6 +73,25 @@ def test_the_captured_map_goal_compares_with_the_eager_run(captured_map, met):
     assert comparison(runs, too_short)['goals']['captured_map_within_1_point_of_eager'] is None
 
 
+def test_the_captured_runs_eager_test_differs_only_in_the_predict_graph_and_its_folder():
+    from benchmarks.detector.bench_detector_vs_mmrotate import commands, eager_predict_command
+    _, test, _ = commands('ours_graph', 'cfg.py', 'work', 'work_test', 10)
+    eager = eager_predict_command(test, 'work_test', 'work_test_eager')
+    assert [(a, b) for a, b in zip(test, eager) if a != b] == [
+        ('work_test', 'work_test_eager'),
+        ('model.cuda_graph_predict=True', 'model.cuda_graph_predict=False')]
+
+
+@pytest.mark.parametrize('eager_map, met', [(0.6015, True), (0.603, False), (None, None)])
+def test_the_captured_test_map_goal_compares_the_same_checkpoint_tested_eagerly(eager_map, met):
+    from types import SimpleNamespace
+
+    from benchmarks.detector.bench_detector_vs_mmrotate import comparison
+    runs = dict(ours_graph=dict(test=dict(mAP50=0.6), test_eager_predict=dict(mAP50=eager_map)))
+    goals = comparison(runs, SimpleNamespace(iters=60, min_iters_for_map=1000))['goals']
+    assert goals['captured_test_map_within_0_002_of_eager'] is met
+
+
 def test_device_idle_splits_launch_gaps_from_waits():
     # (us) two overlapping kernels, a 5 us launch gap, a 100 us wait, a 20 us gap (launch)
     spans = [(200, 230), (0, 10), (5, 15), (20, 80), (180, 200), (250, 260)]
