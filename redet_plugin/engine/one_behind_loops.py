@@ -20,7 +20,7 @@ from mmengine.runner.amp import autocast
 # (mmengine's own handling of losses that a val/test step returns; since mmengine 0.10.5)
 from mmengine.runner.loops import _parse_losses, _update_losses
 
-from ..models.layers.padded_results import cut_sample_padding, keep_padding
+from ..models.layers.padded_results import PendingOutputs, keep_padding
 from ..utils.registration import register
 
 __all__ = ['OneBatchBehind', 'TestLoop', 'ValLoop']
@@ -28,42 +28,24 @@ __all__ = ['OneBatchBehind', 'TestLoop', 'ValLoop']
 
 class OneBatchBehind:
     """Runs each batch's step, then finishes the batch before it: `finish(idx, batch, outputs)`
-    gets outputs cut (cut_sample_padding). `flush()` finishes the last one.
-
-    On a GPU a batch is finished on a stream of its own that waits for that batch's step alone:
-    on the step's stream, its reads (the cut, a metric's `.cpu()`) would queue behind the next
-    batch's step and wait for it too."""
+    gets outputs cut, read as PendingOutputs reads them (on a GPU, on a stream that waits for
+    that batch's step alone). `flush()` finishes the last one."""
 
     def __init__(self, finish: Callable):
         self.finish = finish
         self.pending: Optional[tuple] = None
-        self._reader: Optional[torch.cuda.Stream] = None
 
     def step(self, idx: int, batch, run_step: Callable) -> None:
         with keep_padding():
-            outputs = run_step(batch)
-        done = None
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            done = torch.cuda.Event()
-            done.record()
+            outputs = PendingOutputs(run_step(batch))
         self.flush()
-        self.pending = (idx, batch, outputs, done)
+        self.pending = (idx, batch, outputs)
 
     def flush(self) -> None:
-        if self.pending is None:
-            return
-        idx, batch, outputs, done = self.pending
-        self.pending = None
-        if done is None:
-            self.finish(idx, batch, cut_sample_padding(outputs))
-            return
-        if self._reader is None:
-            self._reader = torch.cuda.Stream()
-        self._reader.wait_event(done)
-        with torch.cuda.stream(self._reader):
-            self.finish(idx, batch, cut_sample_padding(outputs))
-        # (what the finish queued is done before the step's stream reuses the batch's memory)
-        torch.cuda.current_stream().wait_stream(self._reader)
+        if self.pending is not None:
+            idx, batch, outputs = self.pending
+            self.pending = None
+            outputs.read(lambda cut: self.finish(idx, batch, cut))
 
 
 def _run(loop, mode: str, step_name: str, losses: dict) -> dict:

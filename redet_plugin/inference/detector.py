@@ -7,12 +7,14 @@
     result.boxes, result.scores, result.labels, result.class_names(), result.polygons()
 """
 import os.path as osp
+from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
+from ..models.layers.padded_results import PendingOutputs, keep_padding
 from ..utils.checkpoint_check import CheckpointMismatchError, check_model_classes, load_checked_checkpoint
 from .image_source import ImageSource
 from .patch_inference import Detections, check_patch_args, detect_by_patches
@@ -86,9 +88,11 @@ class RotatedDetector:
                                found.labels, self.classes)
 
     @torch.no_grad()
-    def predict_patches(self, patches: List[np.ndarray]) -> List[Detections]:
+    def predict_patches(self, patches: List[np.ndarray]) -> Sequence[Detections]:
         """The model on equal-sized uint8 (H, W, 3) BGR patches at their size (no resize):
-        per patch the detections in its pixels."""
+        per patch the detections in its pixels. They are read from the device when the
+        sequence is first used: detect_by_patches launches the next batch before it reads
+        this one, so that the device runs it while the host reads, maps and loads."""
         from mmdet.structures import DetDataSample
         inputs, samples = [], []
         for pixels in patches:
@@ -96,15 +100,38 @@ class RotatedDetector:
             inputs.append(torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))))
             samples.append(DetDataSample(metainfo=dict(
                 img_shape=(height, width), ori_shape=(height, width), scale_factor=(1.0, 1.0))))
-        outputs = self.model.test_step(dict(inputs=inputs, data_samples=samples))
-        found = []
-        for output in outputs:
-            pred = output.pred_instances
-            boxes = getattr(pred.bboxes, 'tensor', pred.bboxes)
-            found.append(Detections(boxes.detach().float().cpu().numpy().reshape(-1, 5),
-                                    pred.scores.detach().float().cpu().numpy(),
-                                    pred.labels.detach().cpu().numpy().astype(np.int64)))
-        return found
+        with keep_padding():
+            outputs = self.model.test_step(dict(inputs=inputs, data_samples=samples))
+        return _ReadLater(PendingOutputs(outputs))
+
+
+def _as_detections(outputs) -> List[Detections]:
+    found = []
+    for output in outputs:
+        pred = output.pred_instances
+        boxes = getattr(pred.bboxes, 'tensor', pred.bboxes)
+        found.append(Detections(boxes.detach().float().cpu().numpy().reshape(-1, 5),
+                                pred.scores.detach().float().cpu().numpy(),
+                                pred.labels.detach().cpu().numpy().astype(np.int64)))
+    return found
+
+
+class _ReadLater(SequenceABC):
+    """A batch's detections, read (PendingOutputs.read) when first used."""
+
+    def __init__(self, pending: PendingOutputs):
+        self._pending, self._found = pending, None
+
+    def _detections(self) -> List[Detections]:
+        if self._found is None:
+            self._found, self._pending = self._pending.read(_as_detections), None
+        return self._found
+
+    def __len__(self) -> int:
+        return len(self._detections())
+
+    def __getitem__(self, index):
+        return self._detections()[index]
 
 
 def _build_model(config, checkpoint: Optional[str], device: torch.device, cfg_options: Optional[dict]):

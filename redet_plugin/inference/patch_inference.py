@@ -8,7 +8,9 @@ from ..evaluation.patch_merge import classwise_rotated_nms, patch_to_image
 from .image_source import ImageSource
 from .patches import iter_patch_batches, plan_patches
 
-# patches (uint8 (P, P, 3) BGR) -> per patch (boxes (N, 5) in patch pixels, scores (N,), labels (N,))
+# patches (uint8 (P, P, 3) BGR) -> per patch (boxes (N, 5) in patch pixels, scores (N,), labels (N,));
+# a batch's results are used only after the next batch has been asked for, so a predictor may
+# return a sequence that reads them from its device when first used
 PredictBatch = Callable[[List[np.ndarray]], Sequence[Tuple[np.ndarray, np.ndarray, np.ndarray]]]
 
 
@@ -43,15 +45,17 @@ def detect_by_patches(source: ImageSource, predict_batch: PredictBatch, patch_si
                       progress: Optional[Callable[[int, int], None]] = None) -> Detections:
     """Cuts `source` at each scale into patch_size patches overlapping by `overlap`
     (patches.plan_patches: dota_split's grid), runs them through `predict_batch` `batch_size` at
-    a time, keeps detections scoring at least `score_thr`, maps them to the image and, when
+    a time (each batch's results used after the next batch is asked for), keeps detections
+    scoring at least `score_thr`, maps them to the image and, when
     there was more than one patch, merges them by class-wise rotated NMS at `merge_iou_thr`
     (a single patch, an image no larger than one patch at one scale, keeps the detector's
     output as it is). `progress(done, total)` is called after each batch."""
     check_patch_args(patch_size, overlap, scales, batch_size, score_thr, merge_iou_thr)
     patches = plan_patches(source.height, source.width, patch_size, overlap, scales)
     boxes, scores, labels, done = [], [], [], 0
-    for chunk, pixels in iter_patch_batches(source, patches, patch_size, batch_size):
-        results = predict_batch(pixels)
+
+    def keep_batch(chunk, results):
+        nonlocal done
         for patch, (b, s, lab) in zip(chunk, results):
             s = np.asarray(s, dtype=np.float32).reshape(-1)
             keep = s >= score_thr
@@ -62,6 +66,16 @@ def detect_by_patches(source: ImageSource, predict_batch: PredictBatch, patch_si
         done += len(chunk)
         if progress is not None:
             progress(done, len(patches))
+
+    # one batch behind: the device runs a batch while the host reads and maps the one before
+    pending = None
+    for chunk, pixels in iter_patch_batches(source, patches, patch_size, batch_size):
+        launched = (chunk, predict_batch(pixels))
+        if pending is not None:
+            keep_batch(*pending)
+        pending = launched
+    if pending is not None:
+        keep_batch(*pending)
     boxes, scores, labels = (np.concatenate(boxes).reshape(-1, 5), np.concatenate(scores),
                              np.concatenate(labels))
     if len(patches) > 1:

@@ -210,3 +210,34 @@ def test_mmcv_rotated_iou_of_a_box_sharing_three_edges():
     cut = [255.946 + shift * np.cos(theta), 97.86 + shift * np.sin(theta), 54.083, 24.62, theta]
     iou = rotated_iou(np.array([whole], np.float32), np.array([cut], np.float32))
     assert abs(iou[0, 0] - 54.083 / 60.541) < 0.01
+
+
+def test_a_batchs_results_are_used_after_the_next_batch_is_asked_for():
+    """A predictor whose results are read when first used (as RotatedDetector's, which the
+    device runs meanwhile): batch i's are read after batch i + 1 is launched."""
+    image, _ = draw(420, 530, mosaic())
+    events, detector = [], fake_detector()
+
+    class ReadWhenUsed(list):
+        def __init__(self, index, results):
+            super().__init__(results)
+            self.index = index
+
+        def __iter__(self):
+            events.append(('read', self.index))
+            return super().__iter__()
+
+    def predict_batch(patches):
+        events.append(('launch', len([e for e in events if e[0] == 'launch'])))
+        return ReadWhenUsed(events[-1][1], detector(patches))
+
+    found = detect_by_patches(ImageSource(image), predict_batch, patch_size=160, overlap=80,
+                              batch_size=3)
+    batches = len([e for e in events if e[0] == 'launch'])
+    assert batches > 2 and events == [('launch', 0)] + [
+        e for i in range(1, batches) for e in (('launch', i), ('read', i - 1))] + [
+        ('read', batches - 1)]
+    expected = detect_by_patches(ImageSource(image), detector, patch_size=160, overlap=80,
+                                 batch_size=3)
+    for a, b in zip(found, expected):
+        np.testing.assert_array_equal(a, b)

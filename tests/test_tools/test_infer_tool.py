@@ -101,3 +101,25 @@ def test_checkpoint_of_other_classes_is_one_line(tmp_path, checkpoint, images):
     with pytest.raises(SystemExit, match=r"^error: patch_overlap must be an integer in \[0, patch_size=128\)"):
         main([str(folder / 'colour.png'), CONFIG, checkpoint[0], '--out-dir', str(tmp_path), '--patch-size', '128',
               '--patch-overlap', '200', '--device', 'cpu'])
+
+
+def test_the_apis_patches_are_the_models_test_step(checkpoint, images):
+    """predict_patches (run one batch behind, read when first used) gives the detections of the
+    model's own test step on the same patches."""
+    from mmdet.structures import DetDataSample
+    from redet_plugin.inference import RotatedDetector
+    _, colour = images
+    detector = RotatedDetector(CONFIG, checkpoint[0], device='cpu', patch_size=128, patch_overlap=32)
+    patches = [np.ascontiguousarray(colour[:128, :128]), np.ascontiguousarray(colour[-128:, -128:])]
+    found = detector.predict_patches(patches)
+    with torch.no_grad():
+        outputs = detector.model.test_step(dict(
+            inputs=[torch.from_numpy(p.transpose(2, 0, 1).copy()) for p in patches],
+            data_samples=[DetDataSample(metainfo=dict(img_shape=(128, 128), ori_shape=(128, 128),
+                                                      scale_factor=(1.0, 1.0))) for _ in patches]))
+    assert len(found) == 2 and sum(len(f.scores) for f in found) > 0
+    for ours, output in zip(found, outputs):
+        pred = output.pred_instances
+        np.testing.assert_array_equal(ours.boxes, pred.bboxes.numpy().reshape(-1, 5))
+        np.testing.assert_array_equal(ours.scores, pred.scores.numpy())
+        np.testing.assert_array_equal(ours.labels, pred.labels.numpy())

@@ -5,8 +5,9 @@ padding. `cut_padding` turns a batch of them into mmdet's results with one read-
 whole batch (the valid counts). A captured test forward (cuda_graph_predict) must end before
 that read-back: inside `keep_padding()` the head returns the fixed-size results with `valid`,
 and the caller cuts them after the graph's replay. The validation and test loops
-(engine/one_behind_loops.py) keep the padding through the whole test step and cut a batch's
-results after the next batch's forward is launched.
+(engine/one_behind_loops.py) and the patch inference (inference/detector.py) keep the padding
+through the whole test step and read a batch's results (PendingOutputs) after the next batch's
+forward is launched.
 """
 import contextlib
 import threading
@@ -56,3 +57,34 @@ def cut_sample_padding(samples: list) -> list:
     for sample, pred in zip(holders, cut_padding([s.pred_instances for s in holders])):
         sample.pred_instances = pred
     return samples
+
+
+_READERS = {}  # device index -> the stream PendingOutputs are read on
+
+
+class PendingOutputs:
+    """A test step's outputs (data samples whose pred_instances may keep their padding),
+    launched but not read yet. `read(fn)` returns fn(the samples, cut); on a GPU fn's reads run
+    on a stream that waits for this step alone: on the step's stream they would also wait for
+    every step launched after it."""
+
+    def __init__(self, samples: list):
+        self.samples = samples
+        self.done = None
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            self.done = torch.cuda.Event()
+            self.done.record()
+
+    def read(self, fn):
+        if self.done is None:
+            return fn(cut_sample_padding(self.samples))
+        device = torch.cuda.current_device()
+        if device not in _READERS:
+            _READERS[device] = torch.cuda.Stream()
+        reader = _READERS[device]
+        reader.wait_event(self.done)
+        with torch.cuda.stream(reader):
+            result = fn(cut_sample_padding(self.samples))
+        # (what fn queued is done before the step's stream reuses the samples' memory)
+        torch.cuda.current_stream().wait_stream(reader)
+        return result
