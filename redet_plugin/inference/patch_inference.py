@@ -46,10 +46,10 @@ def detect_by_patches(source: ImageSource, predict_batch: PredictBatch, patch_si
     """Cuts `source` at each scale into patch_size patches overlapping by `overlap`
     (patches.plan_patches: dota_split's grid), runs them through `predict_batch` `batch_size` at
     a time (each batch's results used after the next batch is asked for), keeps detections
-    scoring at least `score_thr`, maps them to the image and, when
-    there was more than one patch, merges them by class-wise rotated NMS at `merge_iou_thr`
-    (a single patch, an image no larger than one patch at one scale, keeps the detector's
-    output as it is). `progress(done, total)` is called after each batch."""
+    scoring at least `score_thr`, maps them to the image and, when there was more than one
+    patch, merges them by class-wise rotated NMS at `merge_iou_thr` (a single patch, an image
+    no larger than one patch at one scale, keeps the detector's output as it is).
+    `progress(done, total)` is called after each batch."""
     check_patch_args(patch_size, overlap, scales, batch_size, score_thr, merge_iou_thr)
     patches = plan_patches(source.height, source.width, patch_size, overlap, scales)
     boxes, scores, labels, done = [], [], [], 0
