@@ -92,6 +92,16 @@ def setup_cpu_distributed(cfg) -> None:
     cfg.model_wrapper_cfg = dict(wrapper, device_ids=None)
 
 
+def end_distributed() -> None:
+    """Ends the process group, once every process has come here. A process that exited first
+    would take rank 0's store away from one still ending its group: that one then aborts at exit
+    ("terminate called without an active exception") after a run that went well."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def check_data_folders(cfg, loader_keys) -> None:
     """Every dataset folder a config names must exist; name the config key and the path."""
     for key in loader_keys:

@@ -14,8 +14,8 @@ from mmengine.config import Config  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
 
 from tools._common import (add_runner_args, check_checkpoint_matches, check_classes,  # noqa: E402
-                           check_data_folders, data_errors_in_one_line, fail, load_config,
-                           parse_runner_args, setup_cpu_distributed)
+                           check_data_folders, data_errors_in_one_line, end_distributed, fail,
+                           load_config, parse_runner_args, setup_cpu_distributed)
 from tools._progress_hook import ProgressBarHook  # noqa: E402
 
 
@@ -64,6 +64,7 @@ def main(argv=None):
     if runner.rank == 0:  # for scripts (tools/demo_main.py) and for the record
         with open(osp.join(cfg.work_dir, 'test_metrics.json'), 'w') as f:
             json.dump(metrics, f, indent=1)
+    end_distributed()
     return metrics
 
 

@@ -13,8 +13,8 @@ from mmengine.config import Config  # noqa: E402
 from mmengine.runner import Runner, find_latest_checkpoint  # noqa: E402
 
 from tools._common import (add_runner_args, check_checkpoint_matches, check_classes,  # noqa: E402
-                           check_data_folders, data_errors_in_one_line, fail, load_config,
-                           parse_runner_args, setup_cpu_distributed)
+                           check_data_folders, data_errors_in_one_line, end_distributed, fail,
+                           load_config, parse_runner_args, setup_cpu_distributed)
 
 
 def parse_args(argv=None):
@@ -90,6 +90,7 @@ def main(argv=None):
         # a resumed run continues on its classes; a fine-tuned one may have others
         check_classes(runner.model, runner.train_dataloader.dataset, checkpoint, resume_from)
         runner.train()
+    end_distributed()
 
 
 if __name__ == '__main__':
