@@ -109,7 +109,7 @@ def test_cuda_training_step_waits_for_nothing():
 @pytest.mark.cuda
 def test_cuda_test_forward_waits_only_for_the_final_cut(monkeypatch):
     """A test forward waits once: the read-back of how many detections each image keeps."""
-    from redet_plugin.models.roi_heads import roi_transformer_head
+    from redet_plugin.models.layers import padded_results
     from redet_plugin.testing import record_host_syncs
     model = tiny_detector('cuda').eval()
     inputs = torch.randn(2, 3, 128, 128, device='cuda')
@@ -122,8 +122,8 @@ def test_cuda_test_forward_waits_only_for_the_final_cut(monkeypatch):
         'redet_plugin/models/layers/padded_results.py'], syncs
     assert syncs[0]['count'] == 1
     # and none inside compiled ops, whose waits warn outside Python's warning machinery
-    monkeypatch.setattr(roi_transformer_head, 'cut_padding',
-                        _forbid_sync_until_the_cut(roi_transformer_head.cut_padding))
+    monkeypatch.setattr(padded_results, 'cut_padding',
+                        _forbid_sync_until_the_cut(padded_results.cut_padding))
     with torch.no_grad(), waits_for_nothing():
         model.predict(inputs, samples)
 

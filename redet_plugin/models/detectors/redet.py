@@ -17,7 +17,7 @@ from torch import Tensor
 from redet_plugin.utils.registration import register
 
 from ...cuda_graphs import FeatureGraphs, PredictGraphs, StepGraphs
-from ..layers.padded_results import cut_padding, keeping_padding
+from ..layers.padded_results import cut_unless_kept
 from ...structures import rbox2hbox
 
 
@@ -89,8 +89,7 @@ class ReDet(TwoStageDetector):
                                                   rescale)
         if results is None:
             return super().predict(batch_inputs, batch_data_samples, rescale=rescale)
-        return self.add_pred_to_datasample(
-            batch_data_samples, results if keeping_padding() else cut_padding(results))
+        return self.add_pred_to_datasample(batch_data_samples, cut_unless_kept(results))
 
     def train_step(self, data, optim_wrapper) -> dict:
         """mmengine's BaseModel.train_step, replayed as a CUDA graph when cuda_graph_step is

@@ -51,6 +51,11 @@ def cut_padding(results_list: List[InstanceData]) -> List[InstanceData]:
     return results_list
 
 
+def cut_unless_kept(results_list: List[InstanceData]) -> List[InstanceData]:
+    """cut_padding, except inside keep_padding() (the caller cuts them later)."""
+    return results_list if keeping_padding() else cut_padding(results_list)
+
+
 def cut_sample_padding(samples: list) -> list:
     """The data samples with their pred_instances cut (cut_padding: one read-back in all)."""
     holders = [s for s in samples if 'pred_instances' in s]

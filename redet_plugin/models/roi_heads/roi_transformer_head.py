@@ -28,7 +28,7 @@ from redet_plugin.utils.registration import register
 from ...structures import rbox2hbox
 from ..task_modules.fixed_size_sampler import check_random_sampler
 from .fixed_size_sampling import FixedSample, sample_fixed
-from ..layers.padded_results import cut_padding, keeping_padding
+from ..layers.padded_results import cut_unless_kept
 from .rotated_bbox_head import empty_rotated_results
 
 
@@ -131,7 +131,7 @@ class RoITransformerRoIHead(CascadeRoIHead):
             rois=rois, cls_scores=cls_scores, bbox_preds=bbox_preds,
             batch_img_metas=batch_img_metas, rescale=rescale, rcnn_test_cfg=rcnn_test_cfg)
         # the test path's one data-dependent shape (a captured forward ends before it)
-        return results if keeping_padding() else cut_padding(results)
+        return cut_unless_kept(results)
 
     def _refine_roi(self, x: Tuple[Tensor], rois: Tensor, batch_img_metas: List[dict],
                     num_proposals_per_img: Sequence[int], **kwargs) -> tuple:
