@@ -48,6 +48,22 @@ def waits_for_nothing():
         torch.cuda.set_sync_debug_mode('default')
 
 
+def peak_cpu_bytes(fn):
+    """(The most CPU memory that tensors made by fn() held at once, in bytes, fn()'s result), from
+    the allocations and frees torch's profiler records."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn()
+    changes = sorted((event.start_ns(), event.nbytes())
+                     for event in prof.profiler.kineto_results.events()
+                     if event.name() == '[memory]')
+    live = peak = 0
+    for _, nbytes in changes:
+        live += nbytes
+        peak = max(peak, live)
+    return peak, result
+
+
 def assert_close_to_scale(ours, ref, tol):
     """Each pair of tensors close up to tol relative to the reference's largest value (in float32
     the flow projection's depth gradient, -(G + out)/count, cancels large terms: the summation

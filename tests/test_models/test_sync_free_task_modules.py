@@ -11,7 +11,7 @@ from mmdet.registry import MODELS, TASK_UTILS
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.models.task_modules.fixed_size_sampler import check_random_sampler, sample_masks
-from tests._helpers import waits_for_nothing
+from tests._helpers import peak_cpu_bytes, waits_for_nothing
 
 
 def random_boxes(n, g, scale=100.0):
@@ -64,6 +64,21 @@ def test_bbox_overlaps_equal_mmdets_bit_for_bit(mode, is_aligned):
         assert result.shape == expected.shape and torch.equal(result, expected)
     scored = torch.cat([random_boxes(5, g), torch.rand(5, 1, generator=g)], 1)  # (n, 5): score
     assert torch.equal(ours(scored, scored), theirs(scored, scored))
+
+
+@pytest.mark.parametrize('mode', ['iou', 'iof'])
+def test_bbox_overlaps_hold_at_most_three_matrices_at_once(mode):
+    # the RPN assigner's (gts, anchors) matrix is a training step's largest tensor; mmdet's
+    # formula holds ten of its size at once
+    g = torch.Generator().manual_seed(5)
+    gts, anchors = random_boxes(64, g), random_boxes(20000, g, scale=1000.0)
+    matrix_bytes = 64 * 20000 * 4
+    peak, iou = peak_cpu_bytes(lambda: TASK_UTILS.build(dict(type='RedetBboxOverlaps2D'))(
+        gts, anchors, mode=mode))
+    assert torch.equal(iou, MMDetBboxOverlaps2D()(gts, anchors, mode=mode))
+    assert matrix_bytes <= peak <= 3.05 * matrix_bytes
+    theirs_peak, _ = peak_cpu_bytes(lambda: MMDetBboxOverlaps2D()(gts, anchors, mode=mode))
+    assert theirs_peak > 6 * matrix_bytes  # the measure sees temporaries
 
 
 @pytest.mark.parametrize('reduction', ['mean', 'sum', 'none'])
