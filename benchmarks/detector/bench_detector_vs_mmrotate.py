@@ -14,6 +14,7 @@ from scratch, then a test on the val split, each through its project's own tools
                 whole training step / test forward as one CUDA graph; cuda_graph_features off:
                 the eager warm-up steps need no graphs of their own)
   ours_graph_amp  ours_graph with --amp (AmpOptimWrapper with SGD, captured)
+  ours_graph_cl, ours_graph_amp_cl  ours_graph and ours_graph_amp with model.channels_last=True
 The ours_graph runs test their checkpoint twice: with cuda_graph_predict, then eagerly
 (`test_eager_predict`), for the mAP of the captured test forward against the eager one.
 Diagnostics, only with --runs: ours_profile and ours_amp_profile train as ours and ours_amp with
@@ -56,7 +57,7 @@ from redet_plugin.engine.peak_memory_hook import read_peaks
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 RUNS = ('mmrotate', 'ours', 'ours_amp', 'mmrotate_ops', 'ours_dist2', 'ours_eager',
-        'ours_graph', 'ours_graph_amp')
+        'ours_graph', 'ours_graph_amp', 'ours_graph_cl', 'ours_graph_amp_cl')
 # diagnostics, run only when named: where a training iteration's host time goes
 PROFILE_RUNS = ('ours_profile', 'ours_amp_profile')
 PROFILED_ITERS = 3  # the last iterations of a profile run, under torch.profiler
@@ -310,13 +311,17 @@ def commands(run, config, work_dir, test_dir, iters):
     train += ['--work-dir', work_dir] + (['--amp'] if 'amp' in run.split('_') else [])
     test = [sys.executable, osp.join(REPO, 'tools/test.py'), config, checkpoint, '--work-dir',
             test_dir]
+    train_options, test_options = [], []
     if run == 'ours_eager':
-        train += ['--cfg-options', 'model.cuda_graph_features=False']
-        test += ['--cfg-options', 'model.cuda_graph_features=False']
+        train_options = test_options = ['model.cuda_graph_features=False']
     if run.startswith('ours_graph'):
-        train += ['--cfg-options', 'model.cuda_graph_step=True', 'model.cuda_graph_features=False']
-        test += ['--cfg-options', 'model.cuda_graph_predict=True',
-                 'model.cuda_graph_features=False']
+        train_options = ['model.cuda_graph_step=True', 'model.cuda_graph_features=False']
+        test_options = ['model.cuda_graph_predict=True', 'model.cuda_graph_features=False']
+    if 'cl' in run.split('_'):
+        train_options = train_options + ['model.channels_last=True']
+        test_options = test_options + ['model.channels_last=True']
+    train += (['--cfg-options'] + train_options) if train_options else []
+    test += (['--cfg-options'] + test_options) if test_options else []
     return train, test, {}
 
 
@@ -466,6 +471,10 @@ def comparison(runs, args):
         train_graph_over_ours=ratio(step('ours'), step('ours_graph')),
         train_reserved_graph_over_mmrotate=ratio(reserved('ours_graph'), reserved('mmrotate')),
         amp_speedup_graph=ratio(step('ours_graph'), step('ours_graph_amp')),
+        channels_last_speedup_graph=ratio(step('ours_graph'), step('ours_graph_cl')),
+        channels_last_speedup_graph_amp=ratio(step('ours_graph_amp'), step('ours_graph_amp_cl')),
+        amp_speedup_graph_cl=ratio(step('ours_graph_cl'), step('ours_graph_amp_cl')),
+        amp_cl_over_fp32_graph=ratio(step('ours_graph'), step('ours_graph_amp_cl')),
     )
     map_ok = args.iters >= args.min_iters_for_map
     has_maps = map_ok and None not in (map50('ours'), map50('ours_amp'))

@@ -3,10 +3,12 @@
 InnerBatchNorm gives each field (e.g. a regular field: 8 orientation channels) one mean and variance
 over the batch, the field's channels and space. It views (B, C, H, W) as (B, C / s, s, H, W) and
 calls BatchNorm3d, whose per-channel GPU kernels then run about one block per field (8 fields at
-64 channels). Here the statistics are reductions over dims (0, 2) of a (B, fields, s * H * W)
-view, which torch splits across many blocks; the normalisation is one elementwise pass with a
-per-field scale and shift; the training backward is batch norm's own (two per-field sums, then one
-formula for the input gradient) rather than autograd through the statistics.
+64 channels), and whose view of a channels-last tensor is a copy. Here the statistics are
+per-channel reductions over every dim but the channel one, summed per field, which torch splits
+across many blocks and which read any memory format as it is; the normalisation is one
+elementwise pass with a per-channel scale and shift (the field's), in the input's memory format;
+the training backward is batch norm's own (two per-field sums, then one formula for the input
+gradient) rather than autograd through the statistics.
 
 FieldBatchNorm is an InnerBatchNorm: same constructor, submodules, parameters and buffers (its
 BatchNorm3d `batch_norm_[s]` hold them and their settings: momentum, eps, track_running_stats,
@@ -25,8 +27,6 @@ from e2cnn import nn as enn
 
 __all__ = ["FieldBatchNorm", "field_batch_norm"]
 
-_DIMS = (0, 2)  # of a (B, fields, elements per field and sample) view: all but the field
-
 
 def _stats_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
@@ -39,29 +39,54 @@ def _autocast_off(device_type: str):
     return contextlib.nullcontext()
 
 
-def _per_field(v: torch.Tensor) -> torch.Tensor:
-    return v[:, None]  # (F,) -> (F, 1), broadcast against (B, F, L)
+class _Fields:
+    """How (B, C, *spatial) channels group into fields of `size` consecutive channels.
+
+    Statistics are reduced per channel, over every dim but the channel one, and then summed per
+    field: the reductions read the tensor in whatever memory format it has (channels-last
+    included), where a (B, fields, size * H * W) view would need a contiguous copy."""
+
+    def __init__(self, x: torch.Tensor, size: int):
+        self.size, self.count = size, x.shape[1] // size
+        self.dims = (0,) + tuple(range(2, x.dim()))
+        self.elements = x.numel() // self.count  # per field: batch x size x spatial
+        self._broadcast = (x.shape[1],) + (1,) * (x.dim() - 2)
+
+    def sum(self, per_channel: torch.Tensor) -> torch.Tensor:
+        return per_channel.view(self.count, self.size).sum(1)
+
+    def channel_sums(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return self.sum(x.sum(self.dims, dtype=dtype))
+
+    def per_channel(self, v: torch.Tensor) -> torch.Tensor:
+        """(fields,) -> every channel of a field gets its field's value, shaped to broadcast
+        against (B, C, *spatial)."""
+        return v[:, None].expand(self.count, self.size).reshape(self._broadcast)
 
 
-def _mean_var(fields: torch.Tensor):
+def _mean_var(x: torch.Tensor, fields: _Fields):
     """Per-field mean and biased variance, in float32 at least."""
-    if fields.dtype == _stats_dtype(fields.dtype):
-        var, mean = torch.var_mean(fields, dim=_DIMS, correction=0)
-        return mean, var
+    if x.dtype == _stats_dtype(x.dtype):
+        # per-channel Welford statistics, combined exactly (every channel has as many elements)
+        var, mean = torch.var_mean(x, dim=fields.dims, correction=0)
+        channel_means = mean.view(fields.count, fields.size)
+        field_mean = channel_means.mean(1)
+        spread = (channel_means - field_mean[:, None]).square()
+        return field_mean, (var.view(fields.count, fields.size) + spread).mean(1)
     # fp16/bf16: var_mean would round its results to the input's dtype; a sum and a sum of
     # squares accumulated in float32 read the input once each, without a float32 copy of it
-    n = fields.numel() // fields.shape[1]
-    mean = fields.sum(_DIMS, dtype=torch.float32) / n
-    mean_sq = torch.linalg.vector_norm(fields, 2, _DIMS, dtype=torch.float32).square() / n
-    return mean, (mean_sq - mean.square()).clamp_min(0)
+    n = fields.elements
+    mean = fields.channel_sums(x, torch.float32) / n
+    squares = torch.linalg.vector_norm(x, 2, fields.dims, dtype=torch.float32).square()
+    return mean, (fields.sum(squares) / n - mean.square()).clamp_min(0)
 
 
-def _scale_shift(fields: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
+def _scale_shift(x: torch.Tensor, fields: _Fields, scale: torch.Tensor, shift: torch.Tensor,
                  dtype: torch.dtype) -> torch.Tensor:
-    """fields * scale + shift (per field) in one pass, computed in the dtype of scale and shift
-    and written in `dtype`."""
-    out = torch.empty(fields.shape, dtype=dtype, device=fields.device)
-    return torch.addcmul(_per_field(shift), fields, _per_field(scale), out=out)
+    """x * scale + shift (per field) in one pass, computed in the dtype of scale and shift and
+    written in `dtype`, in x's memory format."""
+    out = torch.empty_like(x, dtype=dtype)
+    return torch.addcmul(fields.per_channel(shift), x, fields.per_channel(scale), out=out)
 
 
 def _product(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -78,93 +103,103 @@ def _check_first_order():
         raise RuntimeError("FieldBatchNorm has no double backward (create_graph=True)")
 
 
-def _sum_g_xhat(grad, fields, mean, invstd, sum_g):
+def _sum_g_xhat(grad, x, fields, mean, invstd, sum_g):
     """Per field: the sum of grad * x_hat, x_hat = (x - mean) * invstd, from the sum of grad * x."""
-    sum_gx = _product(grad, fields, mean.dtype).sum(_DIMS)
+    sum_gx = fields.channel_sums(_product(grad, x, mean.dtype), mean.dtype)
     return (sum_gx - mean * sum_g) * invstd
 
 
 class _BatchStatisticsNorm(torch.autograd.Function):
-    """Batch norm of (B, F, L) fields with the batch's statistics. Also returns the mean and the
-    biased variance (not differentiable) for the running averages."""
+    """Batch norm of (B, C, *spatial) with the batch's statistics per field of `field_size`
+    channels. Also returns the mean and the biased variance (not differentiable) for the running
+    averages."""
 
     @staticmethod
-    def forward(ctx, fields, weight, bias, eps):
-        with _autocast_off(fields.device.type):
-            mean, var = _mean_var(fields)
+    def forward(ctx, x, weight, bias, eps, field_size):
+        fields = _Fields(x, field_size)
+        with _autocast_off(x.device.type):
+            mean, var = _mean_var(x, fields)
             invstd = torch.sqrt(var + eps).reciprocal()
             scale = invstd if weight is None else invstd * weight
             shift = -mean * scale if bias is None else bias - mean * scale
-            out = _scale_shift(fields, scale, shift, fields.dtype)
-        ctx.save_for_backward(fields, weight, mean, invstd)
-        ctx.bias_dtype = None if bias is None else bias.dtype
+            out = _scale_shift(x, fields, scale, shift, x.dtype)
+        ctx.save_for_backward(x, weight, mean, invstd)
+        ctx.fields, ctx.bias_dtype = fields, None if bias is None else bias.dtype
         ctx.mark_non_differentiable(mean, var)
         return out, mean, var
 
     @staticmethod
     def backward(ctx, grad, _grad_mean, _grad_var):
         _check_first_order()
-        fields, weight, mean, invstd = ctx.saved_tensors
+        x, weight, mean, invstd = ctx.saved_tensors
+        fields = ctx.fields
         need_x, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_x = grad_weight = grad_bias = None
         with _autocast_off(grad.device.type):
-            sum_g = grad.sum(_DIMS, dtype=mean.dtype)
+            sum_g = fields.channel_sums(grad, mean.dtype)
             if need_x or need_weight:
-                sum_g_xhat = _sum_g_xhat(grad, fields, mean, invstd, sum_g)
+                sum_g_xhat = _sum_g_xhat(grad, x, fields, mean, invstd, sum_g)
             if need_x:
                 # dx = a * (g - sum_g / n - x_hat * sum_g_xhat / n) with a = weight * invstd,
                 # written as a * g + c * x + d
-                n = fields.numel() // fields.shape[1]
+                n = fields.elements
                 a = invstd if weight is None else invstd * weight
                 c = -a * invstd * sum_g_xhat / n
                 d = -a * sum_g / n - c * mean
-                cx_d = torch.addcmul(_per_field(d), fields, _per_field(c))
-                out = cx_d if cx_d.dtype == fields.dtype else torch.empty_like(cx_d, dtype=fields.dtype)
-                grad_x = torch.addcmul(cx_d, grad, _per_field(a), out=out)
+                cx_d = torch.addcmul(fields.per_channel(d), x, fields.per_channel(c))
+                out = cx_d if cx_d.dtype == x.dtype else torch.empty_like(cx_d, dtype=x.dtype)
+                grad_x = torch.addcmul(cx_d, grad, fields.per_channel(a), out=out)
             if need_weight:
                 grad_weight = sum_g_xhat.to(weight.dtype)
             if need_bias:
                 grad_bias = sum_g.to(ctx.bias_dtype)
-        return grad_x, grad_weight, grad_bias, None
+        return grad_x, grad_weight, grad_bias, None, None
 
 
 class _FieldScaleShift(torch.autograd.Function):
-    """fields * scale + shift per field (the running-statistics normalisation), in one pass."""
+    """x * scale + shift per field of `field_size` channels (the running-statistics
+    normalisation), in one pass."""
 
     @staticmethod
-    def forward(ctx, fields, scale, shift):
-        with _autocast_off(fields.device.type):
-            out = _scale_shift(fields, scale, shift, fields.dtype)
-        ctx.save_for_backward(fields if ctx.needs_input_grad[1] else None, scale)
-        ctx.fields_dtype = fields.dtype
+    def forward(ctx, x, scale, shift, field_size):
+        fields = _Fields(x, field_size)
+        with _autocast_off(x.device.type):
+            out = _scale_shift(x, fields, scale, shift, x.dtype)
+        ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, scale)
+        ctx.fields, ctx.x_dtype = fields, x.dtype
         return out
 
     @staticmethod
     def backward(ctx, grad):
         _check_first_order()
-        fields, scale = ctx.saved_tensors
-        need_x, need_scale, need_shift = ctx.needs_input_grad
+        x, scale = ctx.saved_tensors
+        fields = ctx.fields
+        need_x, need_scale, need_shift = ctx.needs_input_grad[:3]
         grad_x = grad_scale = grad_shift = None
         with _autocast_off(grad.device.type):
             if need_x:
-                out = torch.empty(grad.shape, dtype=ctx.fields_dtype, device=grad.device)
-                grad_x = torch.mul(grad, _per_field(scale), out=out)
+                out = torch.empty_like(grad, dtype=ctx.x_dtype)
+                grad_x = torch.mul(grad, fields.per_channel(scale), out=out)
             if need_scale:
-                grad_scale = _product(grad, fields, scale.dtype).sum(_DIMS)
+                grad_scale = fields.channel_sums(_product(grad, x, scale.dtype), scale.dtype)
             if need_shift:
-                grad_shift = grad.sum(_DIMS, dtype=scale.dtype)
-        return grad_x, grad_scale, grad_shift
+                grad_shift = fields.channel_sums(grad, scale.dtype)
+        return grad_x, grad_scale, grad_shift, None
 
 
-def field_batch_norm(fields: torch.Tensor, bn: torch.nn.modules.batchnorm._BatchNorm) -> torch.Tensor:
-    """Batch norm of `fields` (B, F, L): statistics per field over dims 0 and 2, with the
-    parameters, buffers and settings of `bn` (a batch norm over F channels) exactly as bn's own
-    forward uses and updates them (momentum, cumulative average when momentum is None,
-    num_batches_tracked, unbiased variance in the running average, eval mode, and batch
-    statistics in eval mode when there are no running statistics)."""
-    if fields.dim() != 3 or fields.shape[1] != bn.num_features:
-        raise ValueError(f"field_batch_norm: fields must be a (B, {bn.num_features}, L) tensor; "
-                         f"got {tuple(fields.shape)}")
+def field_batch_norm(x: torch.Tensor, bn: torch.nn.modules.batchnorm._BatchNorm,
+                     field_size: int) -> torch.Tensor:
+    """Batch norm of `x` (B, C, *spatial), C = bn.num_features * field_size, any memory format:
+    statistics per field of `field_size` consecutive channels, over the batch, the field's
+    channels and space, with the parameters, buffers and settings of `bn` (a batch norm over
+    the fields) exactly as bn's own forward uses and updates them (momentum, cumulative average
+    when momentum is None, num_batches_tracked, unbiased variance in the running average, eval
+    mode, and batch statistics in eval mode when there are no running statistics)."""
+    channels = bn.num_features * field_size
+    if x.dim() < 3 or x.shape[1] != channels:
+        raise ValueError(f"field_batch_norm: x must be a (B, {channels}, ...) tensor "
+                         f"({bn.num_features} fields of {field_size} channels); "
+                         f"got {tuple(x.shape)}")
     momentum = 0.0 if bn.momentum is None else bn.momentum
     if bn.training and bn.track_running_stats and bn.num_batches_tracked is not None:
         bn.num_batches_tracked.add_(1)
@@ -173,16 +208,16 @@ def field_batch_norm(fields: torch.Tensor, bn: torch.nn.modules.batchnorm._Batch
     use_batch_stats = bn.training or (bn.running_mean is None and bn.running_var is None)
 
     if not use_batch_stats:
-        invstd = torch.sqrt(bn.running_var.to(_stats_dtype(fields.dtype)) + bn.eps).reciprocal()
+        invstd = torch.sqrt(bn.running_var.to(_stats_dtype(x.dtype)) + bn.eps).reciprocal()
         scale = invstd if bn.weight is None else invstd * bn.weight
         shift = -bn.running_mean * scale if bn.bias is None else bn.bias - bn.running_mean * scale
-        return _FieldScaleShift.apply(fields, scale, shift)
+        return _FieldScaleShift.apply(x, scale, shift, field_size)
 
-    n = fields.numel() // fields.shape[1]
+    n = x.numel() // bn.num_features
     if n <= 1:
         raise ValueError("field_batch_norm: expected more than 1 value per field when training; "
-                         f"got fields of size {tuple(fields.shape)}")
-    out, mean, var = _BatchStatisticsNorm.apply(fields, bn.weight, bn.bias, bn.eps)
+                         f"got x of size {tuple(x.shape)}")
+    out, mean, var = _BatchStatisticsNorm.apply(x, bn.weight, bn.bias, bn.eps, field_size)
     if bn.training and bn.track_running_stats and bn.running_mean is not None:
         with torch.no_grad():
             running_mean, running_var = bn.running_mean, bn.running_var
@@ -203,9 +238,10 @@ class FieldBatchNorm(enn.InnerBatchNorm):
     batch statistics the reductions run where fields have at least MIN_FIELD_ELEMENTS elements
     each (batch x field size x H x W); on smaller maps (ReResNet-50 past its first stage at 1024^2,
     batch 2) cuDNN's single kernels beat the reductions' several launches
-    (benchmarks/ops/bench_field_batch_norm.py). On the CPU torch's own batch norm is used. Unlike
-    e2cnn's forward, which slices with the elements of a device buffer, no path reads a value back
-    from the device: on a GPU the host never waits here.
+    (benchmarks/ops/bench_field_batch_norm.py). On the CPU torch's own batch norm is used.
+    Channels-last maps take the reductions on any device and size: the other path would copy
+    them to NCHW. Unlike e2cnn's forward, which slices with the elements of a device buffer, no
+    path reads a value back from the device: on a GPU the host never waits here.
     """
 
     # below this, cuDNN's one-kernel batch-statistics norm beats the reductions' several launches
@@ -228,18 +264,18 @@ class FieldBatchNorm(enn.InnerBatchNorm):
                             f"{self.in_type}; got {got}")
         norms = self._norms()
         x = input.tensor
-        b, c, h, w = x.shape
+        b, _, h, w = x.shape
         # (a norm replaced by another kind, e.g. SyncBatchNorm, is called as e2cnn calls it)
         if (all(type(bn) is torch.nn.BatchNorm3d for bn in norms.values())
                 and self.uses_reductions(x)):
             def normalise(part, s, bn):
-                return field_batch_norm(part.reshape(b, -1, s * h * w), bn)
+                return field_batch_norm(part, bn, s)
         else:  # e2cnn's computation: the norm over (B, fields, s, H, W)
             def normalise(part, s, bn):
-                return bn(part.reshape(b, -1, s, h, w))
+                return bn(part.reshape(b, -1, s, h, w)).view(part.shape)
         if len(norms) == 1:  # one field size, e.g. regular fields: all channels at once
             (s, bn), = norms.items()
-            out = normalise(x, s, bn).view(b, c, h, w)
+            out = normalise(x, s, bn)
         else:
             out = torch.empty_like(x)
             for s, bn in norms.items():
@@ -247,11 +283,13 @@ class FieldBatchNorm(enn.InnerBatchNorm):
                 if channels is None:
                     channels = getattr(self, f"indices_{s}")
                 part = x[:, channels]
-                out[:, channels] = normalise(part, s, bn).view(part.shape)
+                out[:, channels] = normalise(part, s, bn)
         return enn.GeometricTensor(out, self.out_type)
 
     def uses_reductions(self, x: torch.Tensor) -> bool:
         """Whether forward(x) takes the reduction path (class docstring) or e2cnn's."""
+        if _is_channels_last(x):  # e2cnn's (B, fields, s, H, W) view of it would be a copy
+            return True
         if not x.is_cuda:
             return False
         if all(not bn.training and bn.running_mean is not None for bn in self._norms().values()):
@@ -261,3 +299,7 @@ class FieldBatchNorm(enn.InnerBatchNorm):
 
     def _norms(self) -> dict:
         return {s: getattr(self, f"batch_norm_[{s}]") for s in self._channels}
+
+
+def _is_channels_last(x: torch.Tensor) -> bool:
+    return not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)

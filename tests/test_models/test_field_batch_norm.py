@@ -24,14 +24,19 @@ def reductions_everywhere(monkeypatch):
 
 
 class _Shape:
-    def __init__(self, shape, is_cuda):
-        self.shape, self.is_cuda = shape, is_cuda
+    def __init__(self, shape, is_cuda, channels_last=False):
+        self.shape, self.is_cuda, self.channels_last = shape, is_cuda, channels_last
+
+    def is_contiguous(self, memory_format=torch.contiguous_format):
+        return (memory_format == torch.channels_last) == self.channels_last
 
 
 @pytest.mark.parametrize("kind", ["regular", "mixed"])
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("rule", ["reductions", "real_rule"])
-def test_forward_reads_nothing_back_from_the_device(kind, training, rule, monkeypatch):
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last],
+                         ids=["nchw", "nhwc"])
+def test_forward_reads_nothing_back_from_the_device(kind, training, rule, layout, monkeypatch):
     """e2cnn's InnerBatchNorm slices contiguous fields with the elements of its index buffer, a read
     back from the device (on a GPU a synchronisation) per slice; ours reads nothing back. On the
     meta device any such read raises."""
@@ -39,7 +44,8 @@ def test_forward_reads_nothing_back_from_the_device(kind, training, rule, monkey
         monkeypatch.setattr(FieldBatchNorm, "uses_reductions", USES_REDUCTIONS)
     _, ours = make_pair(kind, dtype=torch.float32)
     ours.to("meta").train(training)
-    x = torch.empty(2, ours.in_type.size, 5, 7, device="meta", requires_grad=True)
+    x = torch.empty(2, ours.in_type.size, 5, 7, device="meta").contiguous(memory_format=layout)
+    x.requires_grad_()
     y = ours(enn.GeometricTensor(x, ours.in_type)).tensor
     y.sum().backward()
     assert y.shape == x.shape and x.grad.shape == x.shape
@@ -55,6 +61,9 @@ def test_dispatch_rule():
     assert USES_REDUCTIONS(module, _Shape((2, 256, 256, 256), True))  # 2 * 8 * 256^2 = 2^20
     assert not USES_REDUCTIONS(module, _Shape((2, 256, 256, 255), True))
     assert not USES_REDUCTIONS(module, _Shape((2, 256, 512, 512), False))  # CPU: torch's own
+    # channels-last: e2cnn's (B, fields, s, H, W) view would be a copy
+    assert USES_REDUCTIONS(module, _Shape((2, 256, 256, 255), True, channels_last=True))
+    assert USES_REDUCTIONS(module, _Shape((2, 256, 8, 8), False, channels_last=True))
     # running statistics (eval, norm_eval): the scale-shift pass at any size on CUDA
     small = _Shape((2, 256, 8, 8), True)
     assert not USES_REDUCTIONS(module, small)
@@ -179,6 +188,23 @@ def test_torch_norm_path_is_e2cnn_bit_for_bit(kind, mode, monkeypatch):
         assert_all_close(state(ours), state(ref), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("kind", ["regular", "mixed"])
+def test_channels_last_input_gives_the_same_results_in_its_layout(kind):
+    torch.manual_seed(0)
+    _, ours = make_pair(kind)
+    twin = copy.deepcopy(ours)
+    x = random_input(ours.in_type, batch=3, h=6, w=5)
+    grad = torch.randn_like(x)
+    last = torch.channels_last
+    for mode in (True, False):
+        ours.train(mode), twin.train(mode)
+        expected = run(ours, x, grad)
+        out = run(twin, x.contiguous(memory_format=last), grad.contiguous(memory_format=last))
+        assert out[0].is_contiguous(memory_format=last) and out[1].is_contiguous(memory_format=last)
+        assert_all_close(out, expected, rtol=1e-12, atol=1e-12)
+        assert_all_close(state(twin), state(ours), rtol=1e-12, atol=1e-12)
+
+
 def test_float32_matches_e2cnn_closely():
     torch.manual_seed(0)
     ref, ours = make_pair(dtype=torch.float32)
@@ -207,22 +233,23 @@ def test_statistics_are_per_field():
 
 def test_gradcheck_batch_statistics():
     torch.manual_seed(0)
-    x = (torch.randn(3, 4, 10, dtype=torch.float64) * 2 + 1).requires_grad_()
+    # 4 fields of 2 channels
+    x = (torch.randn(3, 8, 2, 5, dtype=torch.float64) * 2 + 1).requires_grad_()
     weight = torch.rand(4, dtype=torch.float64).add_(0.5).requires_grad_()
     bias = torch.randn(4, dtype=torch.float64).requires_grad_()
-    assert gradcheck(lambda *a: _BatchStatisticsNorm.apply(*a, 1e-5)[0], (x, weight, bias))
-    assert gradcheck(lambda a: _BatchStatisticsNorm.apply(a, None, None, 1e-5)[0], (x,))
+    assert gradcheck(lambda *a: _BatchStatisticsNorm.apply(*a, 1e-5, 2)[0], (x, weight, bias))
+    assert gradcheck(lambda a: _BatchStatisticsNorm.apply(a, None, None, 1e-5, 2)[0], (x,))
     # only some inputs need gradients
-    assert gradcheck(lambda a, w: _BatchStatisticsNorm.apply(a, w, bias.detach(), 1e-5)[0],
+    assert gradcheck(lambda a, w: _BatchStatisticsNorm.apply(a, w, bias.detach(), 1e-5, 2)[0],
                      (x.detach(), weight))
 
 
 def test_gradcheck_scale_shift_and_eval_module():
     torch.manual_seed(0)
-    x = torch.randn(3, 4, 10, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(3, 8, 2, 5, dtype=torch.float64, requires_grad=True)  # 4 fields of 2
     scale = torch.randn(4, dtype=torch.float64, requires_grad=True)
     shift = torch.randn(4, dtype=torch.float64, requires_grad=True)
-    assert gradcheck(_FieldScaleShift.apply, (x, scale, shift))
+    assert gradcheck(lambda *a: _FieldScaleShift.apply(*a, 2), (x, scale, shift))
     # through the module in eval mode: gradients reach x, weight and bias
     _, ours = make_pair()
     ours.eval()
@@ -324,8 +351,9 @@ def test_bad_input():
         ours(torch.randn(2, 32, 3, 3, dtype=torch.float64))
     with pytest.raises(TypeError, match="input must be a GeometricTensor of type"):
         ours(enn.GeometricTensor(torch.randn(2, 16, 3, 3), regular_type(16)))
-    with pytest.raises(ValueError, match=r"fields must be a \(B, 4, L\) tensor; got \(2, 3, 5\)"):
-        field_batch_norm(torch.randn(2, 3, 5), inner_norms(ours)[0])
+    with pytest.raises(ValueError, match=r"x must be a \(B, 32, \.\.\.\) tensor \(4 fields of 8 "
+                                         r"channels\); got \(2, 3, 5\)"):
+        field_batch_norm(torch.randn(2, 3, 5), inner_norms(ours)[0], 8)
     gspace = rotation_gspace()
     scalars = FieldBatchNorm(enn.FieldType(gspace, [gspace.trivial_repr] * 3)).train()
     with pytest.raises(ValueError, match="expected more than 1 value per field when training"):

@@ -233,3 +233,46 @@ def test_train_step_and_predict_under_autocast(device, dtype):
     with torch.no_grad(), torch.autocast(device, dtype=dtype):
         results = model.predict(inputs, samples)
     assert all(len(result.pred_instances) > 0 for result in results)
+
+
+def test_channels_last_gives_the_nchw_losses_gradients_and_detections():
+    """channels_last=True converts the images once; every feature map stays channels-last, and
+    the losses, gradients and detections are those of the NCHW model (float64)."""
+    nchw = tiny_detector().double().train()
+    nhwc = tiny_detector().double().train()
+    nhwc.channels_last = True
+    inputs = torch.randn(2, 3, 128, 128, dtype=torch.float64)
+    samples = make_samples(num_boxes=(3, 5))
+    for sample in samples:
+        sample.gt_instances.bboxes = sample.gt_instances.bboxes.double()
+    feats = nhwc.extract_feat(inputs)
+    assert all(f.is_contiguous(memory_format=torch.channels_last) for f in feats)
+    nchw.extract_feat(inputs)  # the same running-statistics update
+    results = []
+    for model in (nchw, nhwc):
+        torch.manual_seed(1)  # the samplers' draws
+        losses = model.loss(inputs, samples)
+        total = sum(v.sum() for k, v in losses.items() if 'loss' in k)
+        total.backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        model.eval()
+        with torch.no_grad():
+            pred = model.predict(inputs, make_samples())
+        results.append((losses, grads, pred))
+    (losses, grads, pred), (losses_cl, grads_cl, pred_cl) = results
+    assert losses.keys() == losses_cl.keys()
+    for key in losses:
+        torch.testing.assert_close(losses_cl[key], losses[key], rtol=1e-9, atol=1e-12)
+    assert len(grads) == len(grads_cl) > 0
+    for g, g_cl in zip(grads, grads_cl):
+        torch.testing.assert_close(g_cl, g, rtol=1e-7, atol=1e-10)
+    for a, b in zip(pred, pred_cl):
+        torch.testing.assert_close(b.pred_instances.bboxes, a.pred_instances.bboxes)
+        torch.testing.assert_close(b.pred_instances.scores, a.pred_instances.scores)
+
+
+def test_channels_last_must_be_a_bool():
+    from mmdet.registry import MODELS
+    from tests._helpers import tiny_model_cfg
+    with pytest.raises(TypeError, match='channels_last: expected True or False'):
+        MODELS.build(dict(tiny_model_cfg(), channels_last='yes'))

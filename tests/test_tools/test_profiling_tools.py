@@ -50,15 +50,20 @@ def test_profile_detector_runs_on_the_cpu(data_root, tmp_path):
         assert 'gpu_busy' not in result[step]  # (kernel time exists only on a GPU)
 
 
-@pytest.mark.parametrize('run, amp, step_graph', [
-    ('ours', False, False), ('ours_amp', True, False), ('ours_amp_profile', True, False),
-    ('ours_graph', False, True), ('ours_graph_amp', True, True)])
-def test_detector_bench_runs_get_their_options(run, amp, step_graph):
+@pytest.mark.parametrize('run, amp, step_graph, channels_last', [
+    ('ours', False, False, False), ('ours_amp', True, False, False),
+    ('ours_amp_profile', True, False, False), ('ours_graph', False, True, False),
+    ('ours_graph_amp', True, True, False), ('ours_graph_cl', False, True, True),
+    ('ours_graph_amp_cl', True, True, True)])
+def test_detector_bench_runs_get_their_options(run, amp, step_graph, channels_last):
     from benchmarks.detector.bench_detector_vs_mmrotate import commands
     train, test, _ = commands(run, 'cfg.py', 'work', 'work_test', 10)
     assert ('--amp' in train) == amp
     assert ('model.cuda_graph_step=True' in train) == step_graph
     assert ('model.cuda_graph_predict=True' in test) == step_graph
+    for command in (train, test):
+        assert ('model.channels_last=True' in command) == channels_last
+        assert command.count('--cfg-options') <= 1  # a second one would replace the first
 
 
 @pytest.mark.parametrize('captured_map, met', [(0.609, True), (0.589, False), (0.63, False)])

@@ -65,12 +65,19 @@ class ReDet(TwoStageDetector):
         cuda_graph_predict: replay the whole test forward as one CUDA graph
             (redet_plugin/cuda_graphs/predict_graphs.py): True, False (default), or a dict of
             PredictGraphs arguments (max_graphs).
+        channels_last: run backbone, neck and heads on channels-last (NHWC) tensors: the
+            images are converted once, and cuDNN's convolutions then need no layout conversion
+            of their own (which they make for NCHW tensors in fp16 and TF32). False (default):
+            NCHW, as mmdet.
         Other arguments: TwoStageDetector's.
     """
 
     def __init__(self, *args, cuda_graph_features=False, cuda_graph_step=False,
-                 cuda_graph_predict=False, **kwargs):
+                 cuda_graph_predict=False, channels_last=False, **kwargs):
         super().__init__(*args, **kwargs)
+        if not isinstance(channels_last, bool):
+            raise TypeError(f'channels_last: expected True or False, got {channels_last!r}')
+        self.channels_last = channels_last
         self.feature_graphs = _graphs_option('cuda_graph_features', cuda_graph_features,
                                              FeatureGraphs, 'max_graphs, warmup')
         self.step_graphs = _graphs_option('cuda_graph_step', cuda_graph_step, StepGraphs,
@@ -116,6 +123,8 @@ class ReDet(TwoStageDetector):
             self._in_train_step = False
 
     def extract_feat(self, batch_inputs: Tensor) -> tuple:
+        if self.channels_last:
+            batch_inputs = batch_inputs.contiguous(memory_format=torch.channels_last)
         if self.feature_graphs is not None:
             feats = self.feature_graphs(self.backbone, self.neck if self.with_neck else None,
                                         batch_inputs)
