@@ -24,7 +24,7 @@ def data_root(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize('flags', [[], ['--eager'], ['--captured']])
+@pytest.mark.parametrize('flags', [[], ['--eager'], ['--captured'], ['--channels-last']])
 def test_list_host_syncs_arguments_build_the_profiled_model(flags, data_root):
     with pytest.MonkeyPatch.context() as monkeypatch:  # (it refuses to run without a GPU)
         monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
@@ -33,8 +33,10 @@ def test_list_host_syncs_arguments_build_the_profiled_model(flags, data_root):
     args.device = 'cpu'
     cfg, model, _, loaders = profile_detector.build(args)
     assert (model.step_graphs is not None) == ('--captured' in flags)
-    assert (model.feature_graphs is not None) == (not flags and
+    graphs_off = '--eager' in flags or '--captured' in flags
+    assert (model.feature_graphs is not None) == (not graphs_off and
                                                   bool(cfg.model.get('cuda_graph_features')))
+    assert model.channels_last == ('--channels-last' in flags)
     assert set(loaders) == {'train', 'val'}
 
 
