@@ -82,11 +82,13 @@ def _cuda_samples():
 
 
 @pytest.mark.cuda
-def test_cuda_training_step_waits_for_nothing():
+@pytest.mark.parametrize('channels_last', [False, True], ids=['nchw', 'nhwc'])
+def test_cuda_training_step_waits_for_nothing(channels_last):
     """Forward (losses) and backward of a training step: no host synchronisation at all once
     warm (the first steps build the anchors and capture the feature graphs)."""
     from redet_plugin.testing import record_host_syncs
     model = tiny_detector('cuda').train()
+    model.channels_last = channels_last
     inputs = torch.randn(2, 3, 128, 128, device='cuda')
 
     def step():
@@ -235,14 +237,15 @@ def test_train_step_and_predict_under_autocast(device, dtype):
     assert all(len(result.pred_instances) > 0 for result in results)
 
 
-def test_channels_last_gives_the_nchw_losses_gradients_and_detections():
+@pytest.mark.parametrize('device', ['cpu', pytest.param('cuda', marks=pytest.mark.cuda)])
+def test_channels_last_gives_the_nchw_losses_gradients_and_detections(device):
     """channels_last=True converts the images once; every feature map stays channels-last, and
     the losses, gradients and detections are those of the NCHW model (float64)."""
-    nchw = tiny_detector().double().train()
-    nhwc = tiny_detector().double().train()
+    nchw = tiny_detector(device).double().train()
+    nhwc = tiny_detector(device).double().train()
     nhwc.channels_last = True
-    inputs = torch.randn(2, 3, 128, 128, dtype=torch.float64)
-    samples = make_samples(num_boxes=(3, 5))
+    inputs = torch.randn(2, 3, 128, 128, dtype=torch.float64, device=device)
+    samples = [sample.to(device) for sample in make_samples(num_boxes=(3, 5))]
     for sample in samples:
         sample.gt_instances.bboxes = sample.gt_instances.bboxes.double()
     feats = nhwc.extract_feat(inputs)
@@ -257,7 +260,7 @@ def test_channels_last_gives_the_nchw_losses_gradients_and_detections():
         grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
         model.eval()
         with torch.no_grad():
-            pred = model.predict(inputs, make_samples())
+            pred = model.predict(inputs, [sample.to(device) for sample in make_samples()])
         results.append((losses, grads, pred))
     (losses, grads, pred), (losses_cl, grads_cl, pred_cl) = results
     assert losses.keys() == losses_cl.keys()
