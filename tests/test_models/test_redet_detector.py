@@ -237,32 +237,34 @@ def test_train_step_and_predict_under_autocast(device, dtype):
     assert all(len(result.pred_instances) > 0 for result in results)
 
 
-@pytest.mark.parametrize('device', ['cpu', pytest.param('cuda', marks=pytest.mark.cuda)])
-def test_channels_last_gives_the_nchw_losses_gradients_and_detections(device):
+def _losses_gradients_and_detections(model, inputs, samples, test_samples):
+    torch.manual_seed(1)  # the samplers' draws
+    model.train()
+    losses = model.loss(inputs, samples)
+    sum(v.sum() for k, v in losses.items() if 'loss' in k).backward()
+    grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    model.eval()
+    with torch.no_grad():
+        pred = model.predict(inputs, test_samples)
+    return losses, grads, pred
+
+
+def test_channels_last_gives_the_nchw_losses_gradients_and_detections():
     """channels_last=True converts the images once; every feature map stays channels-last, and
     the losses, gradients and detections are those of the NCHW model (float64)."""
-    nchw = tiny_detector(device).double().train()
-    nhwc = tiny_detector(device).double().train()
+    nchw = tiny_detector().double().train()
+    nhwc = tiny_detector().double().train()
     nhwc.channels_last = True
-    inputs = torch.randn(2, 3, 128, 128, dtype=torch.float64, device=device)
-    samples = [sample.to(device) for sample in make_samples(num_boxes=(3, 5))]
+    inputs = torch.randn(2, 3, 128, 128, dtype=torch.float64)
+    samples = make_samples(num_boxes=(3, 5))
     for sample in samples:
         sample.gt_instances.bboxes = sample.gt_instances.bboxes.double()
     feats = nhwc.extract_feat(inputs)
     assert all(f.is_contiguous(memory_format=torch.channels_last) for f in feats)
     nchw.extract_feat(inputs)  # the same running-statistics update
-    results = []
-    for model in (nchw, nhwc):
-        torch.manual_seed(1)  # the samplers' draws
-        losses = model.loss(inputs, samples)
-        total = sum(v.sum() for k, v in losses.items() if 'loss' in k)
-        total.backward()
-        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
-        model.eval()
-        with torch.no_grad():
-            pred = model.predict(inputs, [sample.to(device) for sample in make_samples()])
-        results.append((losses, grads, pred))
-    (losses, grads, pred), (losses_cl, grads_cl, pred_cl) = results
+    (losses, grads, pred), (losses_cl, grads_cl, pred_cl) = (
+        _losses_gradients_and_detections(model, inputs, samples, make_samples())
+        for model in (nchw, nhwc))
     assert losses.keys() == losses_cl.keys()
     for key in losses:
         torch.testing.assert_close(losses_cl[key], losses[key], rtol=1e-9, atol=1e-12)
@@ -272,6 +274,30 @@ def test_channels_last_gives_the_nchw_losses_gradients_and_detections(device):
     for a, b in zip(pred, pred_cl):
         torch.testing.assert_close(b.pred_instances.bboxes, a.pred_instances.bboxes)
         torch.testing.assert_close(b.pred_instances.scores, a.pred_instances.scores)
+
+
+@pytest.mark.cuda
+def test_cuda_channels_last_gives_the_nchw_losses_and_gradients():
+    """On the GPU in float32 (cuDNN keeps float64 in NCHW), TF32 off: cuDNN's NHWC kernels give
+    the NCHW losses and gradients up to float rounding."""
+    from tests._helpers import full_fp32
+    with full_fp32():
+        nchw, nhwc = tiny_detector('cuda'), tiny_detector('cuda')
+        nhwc.channels_last = True
+        inputs = torch.randn(2, 3, 128, 128, device='cuda')
+        samples = [sample.to('cuda') for sample in make_samples(num_boxes=(3, 5))]
+        feats = nhwc.train().extract_feat(inputs)
+        assert all(f.is_contiguous(memory_format=torch.channels_last) for f in feats)
+        nchw.train().extract_feat(inputs)
+        test_samples = [sample.to('cuda') for sample in make_samples()]
+        (losses, grads, _), (losses_cl, grads_cl, _) = (
+            _losses_gradients_and_detections(model, inputs, samples, test_samples)
+            for model in (nchw, nhwc))
+    for key in losses:
+        torch.testing.assert_close(losses_cl[key], losses[key], rtol=1e-4, atol=1e-5)
+    assert len(grads) == len(grads_cl) > 0
+    for g, g_cl in zip(grads, grads_cl):
+        torch.testing.assert_close(g_cl, g, rtol=1e-3, atol=1e-4)
 
 
 def test_channels_last_must_be_a_bool():
