@@ -210,6 +210,8 @@ DETECTOR_RUNS = {
     'ours_eager': 'ours, fp32, `model.cuda_graph_features=False`',
     'ours_graph': 'ours, fp32, `model.cuda_graph_step=True` (the whole step as one CUDA graph)',
     'ours_graph_amp': 'ours, `--amp`, `model.cuda_graph_step=True`',
+    'ours_graph_cl': 'ours, fp32, `model.cuda_graph_step=True`, `model.channels_last=True`',
+    'ours_graph_amp_cl': 'ours, `--amp`, `model.cuda_graph_step=True`, `model.channels_last=True`',
     'ours_dist2': 'ours, `tools/dist_train.sh` on 2 GPUs',
 }
 
@@ -250,8 +252,9 @@ def detector_vs_mmrotate(path, d):
              f"(the process's peak; a CUDA graph's pool is reserved, not allocated). Packages: "
              f"{packages}.")
     after = []
-    for fp32_run, amp_run, how in (('ours', 'ours_amp', ''),
-                                   ('ours_graph', 'ours_graph_amp', ', whole step captured')):
+    for fp32_run, amp_run, how in (
+            ('ours', 'ours_amp', ''), ('ours_graph', 'ours_graph_amp', ', whole step captured'),
+            ('ours_graph_cl', 'ours_graph_amp_cl', ', whole step captured, channels-last')):
         ours = runs.get(fp32_run, {}).get('train', {})
         amp = runs.get(amp_run, {}).get('train', {})
         if ours and amp and not math.isfinite(amp.get('loss_last_logged', math.nan)):
@@ -260,6 +263,13 @@ def detector_vs_mmrotate(path, d):
         elif ours and amp:
             after.append(f"`--amp` against our fp32 in training{how}: "
                          f"{ratio(ours['median_iter_time_s'], amp['median_iter_time_s'])}.")
+    for nchw_run, nhwc_run in (('ours_graph', 'ours_graph_cl'),
+                               ('ours_graph_amp', 'ours_graph_amp_cl')):
+        nchw = runs.get(nchw_run, {}).get('train', {})
+        nhwc = runs.get(nhwc_run, {}).get('train', {})
+        if nchw and nhwc:
+            after.append(f"Channels-last against NCHW in training ({DETECTOR_RUNS[nhwc_run]}): "
+                         f"{ratio(nchw['median_iter_time_s'], nhwc['median_iter_time_s'])}.")
     for name, run in runs.items():
         test, eager = run.get('test', {}), run.get('test_eager_predict', {})
         if test.get('mAP50') is not None and eager.get('mAP50') is not None:
