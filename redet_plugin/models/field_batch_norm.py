@@ -69,10 +69,9 @@ def _mean_var(x: torch.Tensor, fields: _Fields):
     if x.dtype == _stats_dtype(x.dtype):
         # per-channel Welford statistics, combined exactly (every channel has as many elements)
         var, mean = torch.var_mean(x, dim=fields.dims, correction=0)
-        channel_means = mean.view(fields.count, fields.size)
-        field_mean = channel_means.mean(1)
-        spread = (channel_means - field_mean[:, None]).square()
-        return field_mean, (var.view(fields.count, fields.size) + spread).mean(1)
+        spread, field_mean = torch.var_mean(mean.view(fields.count, fields.size), dim=1,
+                                            correction=0)
+        return field_mean, var.view(fields.count, fields.size).mean(1) + spread
     # fp16/bf16: var_mean would round its results to the input's dtype; a sum and a sum of
     # squares accumulated in float32 read the input once each, without a float32 copy of it
     n = fields.elements
