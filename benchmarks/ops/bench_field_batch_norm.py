@@ -1,12 +1,15 @@
 """FieldBatchNorm vs e2cnn's InnerBatchNorm (cuDNN BatchNorm3d) on one GPU, at the ReResNet-50
 shapes of a batch of 2 images of 1024^2 (8-rotation regular fields): training forward + backward
 through autograd (input, weight and bias gradients), training forward, eval forward, and eval
-forward + backward (norm_eval), fp32 and under fp16 autocast. `ours_*` is the module as configured (the reductions only where
-FieldBatchNorm.uses_reductions says so); `reductions_*` forces the reduction path everywhere, the
-data behind that rule. Diagnostic: no goal.
+forward + backward (norm_eval), fp32 and under fp16 autocast, on NCHW maps and on channels-last
+maps (what the norms of a model with channels_last=True get; e2cnn's view of them is a copy).
+`ours_*` is the module as configured (the reductions only where FieldBatchNorm.uses_reductions
+says so); `reductions_*` forces the reduction path everywhere, the data behind that rule.
+Diagnostic: no goal.
 Usage (repo root): python -m benchmarks.ops.bench_field_batch_norm --out field_batch_norm_h200.json"""
 import argparse
 import contextlib
+import itertools
 
 import torch
 from e2cnn import nn as enn
@@ -58,22 +61,23 @@ def main():
     args = parser.parse_args()
     require_cuda("bench_field_batch_norm")
     rows = []
-    for amp in (False, True):
-        for shape in SHAPES:
-            field_type = regular_type(shape[1])
-            # under autocast the input is what a convolution gives: fp16
-            x = torch.randn(shape, device="cuda", dtype=torch.float16 if amp else torch.float32,
-                            requires_grad=True)
-            row = dict(shape=list(shape), amp=amp)
-            e2cnn = enn.InnerBatchNorm(field_type).cuda()
-            ours = FieldBatchNorm(field_type).cuda()
-            row["ours_uses_reductions"] = ours.uses_reductions(x)
-            for name, module in (("e2cnn", e2cnn), ("ours", ours)):
-                row.update({f"{name}_{k}": v for k, v in timings(module, x, amp).items()})
-            with forced_reductions():
-                row.update({f"reductions_{k}": v for k, v in timings(ours, x, amp).items()})
-            print(row, flush=True)
-            rows.append(row)
+    for layout, amp, shape in itertools.product(("nchw", "channels_last"), (False, True), SHAPES):
+        field_type = regular_type(shape[1])
+        # under autocast the input is what a convolution gives: fp16
+        x = torch.randn(shape, device="cuda", dtype=torch.float16 if amp else torch.float32)
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        x.requires_grad_()
+        row = dict(shape=list(shape), amp=amp, layout=layout)
+        e2cnn = enn.InnerBatchNorm(field_type).cuda()
+        ours = FieldBatchNorm(field_type).cuda()
+        row["ours_uses_reductions"] = ours.uses_reductions(x)
+        for name, module in (("e2cnn", e2cnn), ("ours", ours)):
+            row.update({f"{name}_{k}": v for k, v in timings(module, x, amp).items()})
+        with forced_reductions():
+            row.update({f"reductions_{k}": v for k, v in timings(ours, x, amp).items()})
+        print(row, flush=True)
+        rows.append(row)
     write_json(args.out, dict(what=__doc__.splitlines()[0], environment=environment(),
                               command="python -m benchmarks.ops.bench_field_batch_norm --out "
                               + args.out,
