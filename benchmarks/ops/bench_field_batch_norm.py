@@ -3,8 +3,10 @@ shapes of a batch of 2 images of 1024^2 (8-rotation regular fields): training fo
 through autograd (input, weight and bias gradients), training forward, eval forward, and eval
 forward + backward (norm_eval), fp32 and under fp16 autocast, on NCHW maps and on channels-last
 maps (what the norms of a model with channels_last=True get; e2cnn's view of them is a copy).
-`ours_*` is the module as configured (the reductions only where FieldBatchNorm.uses_reductions
-says so); `reductions_*` forces the reduction path everywhere, the data behind that rule.
+`ours_*` is the module as configured (the field norm only where FieldBatchNorm.uses_field_norm
+says so); `field_norm_*` forces the field norm (torch's SyncBatchNorm kernels) everywhere, the
+data behind that rule, and `reductions_*` forces its portable path (torch reductions and
+elementwise ops) instead of those kernels.
 Diagnostic: no goal.
 Usage (repo root): python -m benchmarks.ops.bench_field_batch_norm --out field_batch_norm_h200.json"""
 import argparse
@@ -16,6 +18,7 @@ from e2cnn import nn as enn
 
 from benchmarks._timing import environment, require_cuda, time_cuda, write_json
 from redet_plugin.models.equivariant import regular_type
+from redet_plugin.models import field_batch_norm as field_batch_norm_module
 from redet_plugin.models.field_batch_norm import FieldBatchNorm
 
 SHAPES = [(2, 64, 512, 512), (2, 64, 256, 256), (2, 256, 256, 256), (2, 128, 128, 128),
@@ -23,13 +26,17 @@ SHAPES = [(2, 64, 512, 512), (2, 64, 256, 256), (2, 256, 256, 256), (2, 128, 128
 
 
 @contextlib.contextmanager
-def forced_reductions():
-    original = FieldBatchNorm.uses_reductions
-    FieldBatchNorm.uses_reductions = lambda self, x: True
+def forced(uses_field_norm=True, sync_kernels=True):
+    rule = FieldBatchNorm.uses_field_norm
+    serve = field_batch_norm_module._sync_batch_norm_kernels_serve
+    FieldBatchNorm.uses_field_norm = lambda self, x: uses_field_norm
+    if not sync_kernels:
+        field_batch_norm_module._sync_batch_norm_kernels_serve = lambda x, bn: False
     try:
         yield
     finally:
-        FieldBatchNorm.uses_reductions = original
+        FieldBatchNorm.uses_field_norm = rule
+        field_batch_norm_module._sync_batch_norm_kernels_serve = serve
 
 
 def timings(module, x, amp):
@@ -71,10 +78,12 @@ def main():
         row = dict(shape=list(shape), amp=amp, layout=layout)
         e2cnn = enn.InnerBatchNorm(field_type).cuda()
         ours = FieldBatchNorm(field_type).cuda()
-        row["ours_uses_reductions"] = ours.uses_reductions(x)
+        row["ours_uses_field_norm"] = ours.uses_field_norm(x)
         for name, module in (("e2cnn", e2cnn), ("ours", ours)):
             row.update({f"{name}_{k}": v for k, v in timings(module, x, amp).items()})
-        with forced_reductions():
+        with forced():
+            row.update({f"field_norm_{k}": v for k, v in timings(ours, x, amp).items()})
+        with forced(sync_kernels=False):
             row.update({f"reductions_{k}": v for k, v in timings(ours, x, amp).items()})
         print(row, flush=True)
         rows.append(row)

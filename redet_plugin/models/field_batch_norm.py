@@ -1,14 +1,19 @@
-"""FieldBatchNorm: e2cnn's InnerBatchNorm computed by reductions that a GPU spreads over many blocks.
+"""FieldBatchNorm: e2cnn's InnerBatchNorm computed per channel and then per field.
 
 InnerBatchNorm gives each field (e.g. a regular field: 8 orientation channels) one mean and variance
 over the batch, the field's channels and space. It views (B, C, H, W) as (B, C / s, s, H, W) and
 calls BatchNorm3d, whose per-channel GPU kernels then run about one block per field (8 fields at
 64 channels), and whose view of a channels-last tensor is a copy. Here the statistics are
-per-channel reductions over every dim but the channel one, summed per field, which torch splits
-across many blocks and which read any memory format as it is; the normalisation is one
-elementwise pass with a per-channel scale and shift (the field's), in the input's memory format;
-the training backward is batch norm's own (two per-field sums, then one formula for the input
-gradient) rather than autograd through the statistics.
+per-channel (over every dim but the channel one) and then combined per field, which reads any
+memory format as it is; the normalisation is one elementwise pass with the field's statistics
+copied to each of its channels, in the input's memory format; the training backward is batch
+norm's own (two per-field sums, then one formula for the input gradient) rather than autograd
+through the statistics.
+
+On CUDA the passes are torch's SyncBatchNorm kernels (_SyncBatchNormKernels): one kernel each
+for the per-channel statistics, their per-field combination, the normalisation, the backward
+sums and the input gradient. Elsewhere (and for parameters in another dtype than the statistics)
+they are torch reductions and elementwise ops (_BatchStatisticsNorm).
 
 FieldBatchNorm is an InnerBatchNorm: same constructor, submodules, parameters and buffers (its
 BatchNorm3d `batch_norm_[s]` hold them and their settings: momentum, eps, track_running_stats,
@@ -61,7 +66,11 @@ class _Fields:
     def per_channel(self, v: torch.Tensor) -> torch.Tensor:
         """(fields,) -> every channel of a field gets its field's value, shaped to broadcast
         against (B, C, *spatial)."""
-        return v[:, None].expand(self.count, self.size).reshape(self._broadcast)
+        return self.per_channel_flat(v).view(self._broadcast)
+
+    def per_channel_flat(self, v: torch.Tensor) -> torch.Tensor:
+        """(fields,) -> (C,): every channel of a field gets its field's value."""
+        return v[:, None].expand(self.count, self.size).reshape(-1)
 
 
 def _mean_var(x: torch.Tensor, fields: _Fields):
@@ -155,6 +164,67 @@ class _BatchStatisticsNorm(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias, None, None
 
 
+class _SyncBatchNormKernels(torch.autograd.Function):
+    """CUDA: the same batch norm as _BatchStatisticsNorm, by torch's SyncBatchNorm kernels (one
+    pass each for the per-channel statistics, the normalisation, the backward sums and the input
+    gradient, in either memory format, fp16/bf16 with float32 statistics). The field's channels
+    play the part of SyncBatchNorm's processes: their per-channel statistics are combined per field
+    by the kernel that combines the processes' (and that also updates the running averages), and
+    the other kernels get per-channel copies of the field's statistics and sums."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, field_size, running_mean, running_var, momentum):
+        fields = _Fields(x, field_size)
+        channel_mean, channel_invstd = torch.batch_norm_stats(x, eps)
+        # (field size, fields): each field channel as one "process" of the combining kernel,
+        # whose counts have the running statistics' dtype (else the input's)
+        count = fields.elements // field_size
+        counts = torch.full((field_size,), count, device=x.device, dtype=(
+            channel_mean.dtype if running_mean is None else running_mean.dtype))
+        mean, invstd = torch.batch_norm_gather_stats_with_counts(
+            channel_mean, _by_process(channel_mean, fields), _by_process(channel_invstd, fields),
+            running_mean, running_var, momentum, eps, counts)
+        mean_c, invstd_c = fields.per_channel_flat(mean), fields.per_channel_flat(invstd)
+        weight_c = None if weight is None else fields.per_channel_flat(weight)
+        bias_c = None if bias is None else fields.per_channel_flat(bias)
+        out = torch.batch_norm_elemt(x, weight_c, bias_c, mean_c, invstd_c, eps)
+        ctx.save_for_backward(x, weight_c, mean_c, invstd_c, invstd)
+        ctx.fields, ctx.bias_dtype = fields, None if bias is None else bias.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        _check_first_order()
+        x, weight_c, mean_c, invstd_c, invstd = ctx.saved_tensors
+        fields = ctx.fields
+        need_x, need_weight, need_bias = ctx.needs_input_grad[:3]
+        grad_x = grad_weight = grad_bias = None
+        grad = grad.contiguous(memory_format=_memory_format(x))
+        # per channel: sum of grad and of grad * (x - field mean); summed per field below
+        sum_g_c, sum_g_xmu_c, _, _ = torch.batch_norm_backward_reduce(
+            grad, x, mean_c, invstd_c, weight_c, True, False, False)
+        sum_g, sum_g_xmu = fields.sum(sum_g_c), fields.sum(sum_g_xmu_c)
+        if need_x:
+            count = torch.full((1,), fields.elements, device=x.device, dtype=torch.int32)
+            grad_x = torch.batch_norm_backward_elemt(
+                grad, x, mean_c, invstd_c, weight_c, fields.per_channel_flat(sum_g),
+                fields.per_channel_flat(sum_g_xmu), count)
+        if need_weight:
+            grad_weight = (sum_g_xmu * invstd).to(weight_c.dtype)
+        if need_bias:
+            grad_bias = sum_g.to(ctx.bias_dtype)
+        return grad_x, grad_weight, grad_bias, None, None, None, None, None
+
+
+def _by_process(per_channel: torch.Tensor, fields: _Fields) -> torch.Tensor:
+    """(C,) -> (field size, fields): row j holds channel j of every field."""
+    return per_channel.view(fields.count, fields.size).t().contiguous()
+
+
+def _memory_format(x: torch.Tensor):
+    return torch.channels_last if _is_channels_last(x) else torch.contiguous_format
+
+
 class _FieldScaleShift(torch.autograd.Function):
     """x * scale + shift per field of `field_size` channels (the running-statistics
     normalisation), in one pass."""
@@ -216,8 +286,14 @@ def field_batch_norm(x: torch.Tensor, bn: torch.nn.modules.batchnorm._BatchNorm,
     if n <= 1:
         raise ValueError("field_batch_norm: expected more than 1 value per field when training; "
                          f"got x of size {tuple(x.shape)}")
+    updates_running = bn.training and bn.track_running_stats and bn.running_mean is not None
+    if _sync_batch_norm_kernels_serve(x, bn):
+        running_mean, running_var = ((bn.running_mean, bn.running_var) if updates_running
+                                     else (None, None))
+        return _SyncBatchNormKernels.apply(x, bn.weight, bn.bias, bn.eps, field_size,
+                                           running_mean, running_var, momentum)
     out, mean, var = _BatchStatisticsNorm.apply(x, bn.weight, bn.bias, bn.eps, field_size)
-    if bn.training and bn.track_running_stats and bn.running_mean is not None:
+    if updates_running:
         with torch.no_grad():
             running_mean, running_var = bn.running_mean, bn.running_var
             running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
@@ -234,16 +310,16 @@ class FieldBatchNorm(enn.InnerBatchNorm):
 
     On CUDA, normalising with running statistics (eval mode, also norm_eval) is always one
     scale-shift pass: cuDNN's per-field eval kernel is slower at every ReResNet-50 shape. With
-    batch statistics the reductions run where fields have at least MIN_FIELD_ELEMENTS elements
-    each (batch x field size x H x W); on smaller maps (ReResNet-50 past its first stage at 1024^2,
-    batch 2) cuDNN's single kernels beat the reductions' several launches
-    (benchmarks/ops/bench_field_batch_norm.py). On the CPU torch's own batch norm is used.
-    Channels-last maps take the reductions on any device and size: the other path would copy
-    them to NCHW. Unlike e2cnn's forward, which slices with the elements of a device buffer, no
-    path reads a value back from the device: on a GPU the host never waits here.
+    batch statistics the field norm runs where fields have at least MIN_FIELD_ELEMENTS elements
+    each (batch x field size x H x W), and cuDNN's BatchNorm3d on e2cnn's view below that
+    (benchmarks/ops/bench_field_batch_norm.py times both at the ReResNet-50's shapes). On the CPU
+    torch's own batch norm is used. Channels-last maps take the field norm on any device and
+    size: e2cnn's view would copy them to NCHW. Unlike e2cnn's forward, which slices with the
+    elements of a device buffer, no path reads a value back from the device: on a GPU the host
+    never waits here.
     """
 
-    # below this, cuDNN's one-kernel batch-statistics norm beats the reductions' several launches
+    # below this, on NCHW maps, cuDNN's BatchNorm3d on e2cnn's view is the faster
     MIN_FIELD_ELEMENTS = 2**20
 
     def __init__(self, *args, **kwargs):
@@ -266,7 +342,7 @@ class FieldBatchNorm(enn.InnerBatchNorm):
         b, _, h, w = x.shape
         # (a norm replaced by another kind, e.g. SyncBatchNorm, is called as e2cnn calls it)
         if (all(type(bn) is torch.nn.BatchNorm3d for bn in norms.values())
-                and self.uses_reductions(x)):
+                and self.uses_field_norm(x)):
             def normalise(part, s, bn):
                 return field_batch_norm(part, bn, s)
         else:  # e2cnn's computation: the norm over (B, fields, s, H, W)
@@ -285,7 +361,7 @@ class FieldBatchNorm(enn.InnerBatchNorm):
                 out[:, channels] = normalise(part, s, bn)
         return enn.GeometricTensor(out, self.out_type)
 
-    def uses_reductions(self, x: torch.Tensor) -> bool:
+    def uses_field_norm(self, x: torch.Tensor) -> bool:
         """Whether forward(x) takes the reduction path (class docstring) or e2cnn's."""
         if _is_channels_last(x):  # e2cnn's (B, fields, s, H, W) view of it would be a copy
             return True
@@ -298,6 +374,15 @@ class FieldBatchNorm(enn.InnerBatchNorm):
 
     def _norms(self) -> dict:
         return {s: getattr(self, f"batch_norm_[{s}]") for s in self._channels}
+
+
+def _sync_batch_norm_kernels_serve(x: torch.Tensor, bn) -> bool:
+    """torch's SyncBatchNorm kernels exist for CUDA only. They take parameters and running
+    statistics in the statistics' dtype (float32 for fp16/bf16 input): with e.g. bf16 running
+    statistics their per-channel counts would be rounded to bf16."""
+    stats_dtype = _stats_dtype(x.dtype)
+    return x.is_cuda and all(t is None or t.dtype == stats_dtype
+                             for t in (bn.weight, bn.bias, bn.running_mean, bn.running_var))
 
 
 def _is_channels_last(x: torch.Tensor) -> bool:

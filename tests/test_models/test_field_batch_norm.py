@@ -10,17 +10,19 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from redet_plugin.models.backbones import ReResNet
 from redet_plugin.models.equivariant import regular_type, rotation_gspace
+from tests._helpers import waits_for_nothing
+from redet_plugin.models import field_batch_norm as field_batch_norm_module
 from redet_plugin.models.field_batch_norm import (FieldBatchNorm, _BatchStatisticsNorm,
                                                   _FieldScaleShift, field_batch_norm)
 
-USES_REDUCTIONS = FieldBatchNorm.uses_reductions  # the real rule, before the fixture below
+USES_FIELD_NORM = FieldBatchNorm.uses_field_norm  # the real rule, before the fixture below
 
 
 @pytest.fixture(autouse=True)
 def reductions_everywhere(monkeypatch):
     """By default the reduction path runs only on large CUDA maps; in these tests on every input
     (test_dispatch_rule checks the real rule)."""
-    monkeypatch.setattr(FieldBatchNorm, "uses_reductions", lambda self, x: True)
+    monkeypatch.setattr(FieldBatchNorm, "uses_field_norm", lambda self, x: True)
 
 
 class _Shape:
@@ -41,7 +43,7 @@ def test_forward_reads_nothing_back_from_the_device(kind, training, rule, layout
     back from the device (on a GPU a synchronisation) per slice; ours reads nothing back. On the
     meta device any such read raises."""
     if rule == "real_rule":  # not CUDA: torch's batch norm per field size
-        monkeypatch.setattr(FieldBatchNorm, "uses_reductions", USES_REDUCTIONS)
+        monkeypatch.setattr(FieldBatchNorm, "uses_field_norm", USES_FIELD_NORM)
     _, ours = make_pair(kind, dtype=torch.float32)
     ours.to("meta").train(training)
     x = torch.empty(2, ours.in_type.size, 5, 7, device="meta").contiguous(memory_format=layout)
@@ -58,27 +60,27 @@ def test_forward_reads_nothing_back_from_the_device(kind, training, rule, layout
 def test_dispatch_rule():
     module = FieldBatchNorm(regular_type(256))  # 32 fields of 8 channels
     assert FieldBatchNorm.MIN_FIELD_ELEMENTS == 2**20
-    assert USES_REDUCTIONS(module, _Shape((2, 256, 256, 256), True))  # 2 * 8 * 256^2 = 2^20
-    assert not USES_REDUCTIONS(module, _Shape((2, 256, 256, 255), True))
-    assert not USES_REDUCTIONS(module, _Shape((2, 256, 512, 512), False))  # CPU: torch's own
+    assert USES_FIELD_NORM(module, _Shape((2, 256, 256, 256), True))  # 2 * 8 * 256^2 = 2^20
+    assert not USES_FIELD_NORM(module, _Shape((2, 256, 256, 255), True))
+    assert not USES_FIELD_NORM(module, _Shape((2, 256, 512, 512), False))  # CPU: torch's own
     # channels-last: e2cnn's (B, fields, s, H, W) view would be a copy
-    assert USES_REDUCTIONS(module, _Shape((2, 256, 256, 255), True, channels_last=True))
-    assert USES_REDUCTIONS(module, _Shape((2, 256, 8, 8), False, channels_last=True))
+    assert USES_FIELD_NORM(module, _Shape((2, 256, 256, 255), True, channels_last=True))
+    assert USES_FIELD_NORM(module, _Shape((2, 256, 8, 8), False, channels_last=True))
     # running statistics (eval, norm_eval): the scale-shift pass at any size on CUDA
     small = _Shape((2, 256, 8, 8), True)
-    assert not USES_REDUCTIONS(module, small)
+    assert not USES_FIELD_NORM(module, small)
     for bn in inner_norms(module):
         bn.eval()
-    assert USES_REDUCTIONS(module, small)
-    assert not USES_REDUCTIONS(module, _Shape((2, 256, 8, 8), False))
+    assert USES_FIELD_NORM(module, small)
+    assert not USES_FIELD_NORM(module, _Shape((2, 256, 8, 8), False))
     # eval without running statistics normalises with the batch's: the size rule again
     untracked = FieldBatchNorm(regular_type(256), track_running_stats=False).eval()
-    assert not USES_REDUCTIONS(untracked, small)
-    assert USES_REDUCTIONS(untracked, _Shape((2, 256, 256, 256), True))
+    assert not USES_FIELD_NORM(untracked, small)
+    assert USES_FIELD_NORM(untracked, _Shape((2, 256, 256, 256), True))
 
 
 def test_e2cnn_path_below_the_threshold(monkeypatch):
-    monkeypatch.setattr(FieldBatchNorm, "uses_reductions", USES_REDUCTIONS)
+    monkeypatch.setattr(FieldBatchNorm, "uses_field_norm", USES_FIELD_NORM)
     ref, ours = make_pair(dtype=torch.float32)
     x = random_input(ours.in_type, dtype=torch.float32)
     grad = torch.randn_like(x)
@@ -144,11 +146,76 @@ SETTINGS = [dict(), dict(momentum=None), dict(affine=False), dict(track_running_
             dict(eps=1e-3, momentum=0.3)]
 
 
+class SyncBatchNormKernelsOnCpu:
+    """torch's CUDA-only SyncBatchNorm kernels as their CUDA sources define them, written with CPU
+    ops: FieldBatchNorm's use of them (fields' channels as processes, per-channel copies of the
+    field statistics) is then checked against e2cnn here; test_cuda_* run the real kernels."""
+
+    @staticmethod
+    def _dims(x):
+        return (0,) + tuple(range(2, x.dim()))
+
+    @staticmethod
+    def _c(v, x):  # (C,) broadcast against (B, C, *spatial)
+        return v.view((-1,) + (1,) * (x.dim() - 2))
+
+    def batch_norm_stats(self, x, eps):
+        var, mean = torch.var_mean(x, self._dims(x), correction=0)
+        return mean, (var + eps).rsqrt()
+
+    def batch_norm_gather_stats_with_counts(self, _input, mean, invstd, running_mean, running_var,
+                                            momentum, eps, counts):
+        counts = counts[:mean.shape[0], None].to(mean.dtype)
+        n = counts.sum()
+        avg = (counts * mean).sum(0) / n
+        var_n = (counts * (invstd.pow(-2) - eps + (mean - avg).square())).sum(0)
+        if running_mean is not None:
+            running_mean.mul_(1 - momentum).add_(momentum * avg)
+            running_var.mul_(1 - momentum).add_(momentum * var_n / (n - 1))
+        return avg, (var_n / n + eps).rsqrt()
+
+    def batch_norm_elemt(self, x, weight, bias, mean, invstd, _eps):
+        out = (x - self._c(mean, x)) * self._c(invstd, x)
+        out = out if weight is None else out * self._c(weight, x)
+        return out if bias is None else out + self._c(bias, x)
+
+    def batch_norm_backward_reduce(self, grad, x, mean, invstd, weight, input_g, weight_g, bias_g):
+        sum_dy = grad.sum(self._dims(x))
+        sum_dy_xmu = (grad * (x - self._c(mean, x))).sum(self._dims(x))
+        return (sum_dy if input_g else None, sum_dy_xmu if input_g else None,
+                sum_dy_xmu * invstd if weight_g else None, sum_dy if bias_g else None)
+
+    def batch_norm_backward_elemt(self, grad, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count):
+        assert count.dtype == torch.int32
+        n = count.sum()
+        c = lambda v: self._c(v, x)  # noqa: E731
+        out = (grad - c(sum_dy) / n - (x - c(mean)) * c(invstd).square() * c(sum_dy_xmu) / n)
+        return out * c(invstd) * (1 if weight is None else c(weight))
+
+
+@pytest.fixture
+def sync_kernels_on_cpu(monkeypatch):
+    kernels = SyncBatchNormKernelsOnCpu()
+    for name in ("batch_norm_stats", "batch_norm_gather_stats_with_counts", "batch_norm_elemt",
+                 "batch_norm_backward_reduce", "batch_norm_backward_elemt"):
+        monkeypatch.setattr(torch, name, getattr(kernels, name))
+    monkeypatch.setattr(field_batch_norm_module, "_sync_batch_norm_kernels_serve",
+                        lambda x, bn: True)
+
+
+@pytest.fixture(params=["reductions", "sync_kernels"])
+def field_norm_path(request):
+    """CPU: the reductions (what the CPU runs), and the CUDA path with its kernels emulated."""
+    if request.param == "sync_kernels":
+        request.getfixturevalue("sync_kernels_on_cpu")
+    return request.param
+
+
 @pytest.mark.parametrize("kind", ["regular", "mixed"])
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items())
                          or "default")
 @pytest.mark.parametrize("mode", ["train", "eval", "norm_eval"])
-def test_matches_e2cnn(kind, settings, mode):
+def test_matches_e2cnn(kind, settings, mode, field_norm_path):
     """Several steps: outputs, input and parameter gradients, then running statistics and
     num_batches_tracked. norm_eval: the module trains but its BatchNorms are in eval mode, as
     ReResNet(norm_eval=True) sets them."""
@@ -177,7 +244,7 @@ def test_matches_e2cnn(kind, settings, mode):
 def test_torch_norm_path_is_e2cnn_bit_for_bit(kind, mode, monkeypatch):
     """The real rule on the CPU: the inner BatchNorm3d called on the same (B, fields, s, H, W)
     views as e2cnn's forward, so outputs, gradients and running statistics are identical."""
-    monkeypatch.setattr(FieldBatchNorm, "uses_reductions", USES_REDUCTIONS)
+    monkeypatch.setattr(FieldBatchNorm, "uses_field_norm", USES_FIELD_NORM)
     torch.manual_seed(0)
     ref, ours = make_pair(kind)
     ref.train(mode == "train"), ours.train(mode == "train")
@@ -189,7 +256,7 @@ def test_torch_norm_path_is_e2cnn_bit_for_bit(kind, mode, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["regular", "mixed"])
-def test_channels_last_input_gives_the_same_results_in_its_layout(kind):
+def test_channels_last_input_gives_the_same_results_in_its_layout(kind, field_norm_path):
     torch.manual_seed(0)
     _, ours = make_pair(kind)
     twin = copy.deepcopy(ours)
@@ -242,6 +309,37 @@ def test_gradcheck_batch_statistics():
     # only some inputs need gradients
     assert gradcheck(lambda a, w: _BatchStatisticsNorm.apply(a, w, bias.detach(), 1e-5, 2)[0],
                      (x.detach(), weight))
+
+
+def test_gradcheck_sync_batch_norm_kernels(sync_kernels_on_cpu):
+    torch.manual_seed(0)
+    x = (torch.randn(3, 8, 2, 5, dtype=torch.float64) * 2 + 1).requires_grad_()  # 4 fields of 2
+    weight = torch.rand(4, dtype=torch.float64).add_(0.5).requires_grad_()
+    bias = torch.randn(4, dtype=torch.float64).requires_grad_()
+    apply = field_batch_norm_module._SyncBatchNormKernels.apply
+    assert gradcheck(lambda *a: apply(*a, 1e-5, 2, None, None, 0.1), (x, weight, bias))
+    assert gradcheck(lambda a: apply(a, None, None, 1e-5, 2, None, None, 0.1), (x,))
+    assert gradcheck(lambda a, w: apply(a, w, bias.detach(), 1e-5, 2, None, None, 0.1),
+                     (x.detach(), weight))
+
+
+def test_sync_batch_norm_kernels_serve_cuda_with_statistics_dtype_parameters():
+    serve = field_batch_norm_module._sync_batch_norm_kernels_serve
+    bn = torch.nn.BatchNorm3d(4)
+
+    class Input:
+        def __init__(self, dtype, is_cuda=True):
+            self.dtype, self.is_cuda = dtype, is_cuda
+
+    assert serve(Input(torch.float32), bn)
+    assert serve(Input(torch.float16), bn) and serve(Input(torch.bfloat16), bn)  # float32 stats
+    assert not serve(Input(torch.float32, is_cuda=False), bn)  # the kernels are CUDA-only
+    assert not serve(Input(torch.float64), bn)
+    assert serve(Input(torch.float64), bn.double())
+    # bf16 buffers: the kernels would round their per-channel counts to bf16
+    assert not serve(Input(torch.bfloat16), torch.nn.BatchNorm3d(4).bfloat16())
+    assert serve(Input(torch.float32), torch.nn.BatchNorm3d(4, affine=False,
+                                                             track_running_stats=False))
 
 
 def test_gradcheck_scale_shift_and_eval_module():
@@ -424,17 +522,46 @@ def test_re_resnet_train_step_matches_e2cnn_norms(kwargs):
                                  or any(name.startswith(f) for f in frozen)), name
 
 
+LAYOUTS = pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last],
+                                  ids=["nchw", "nhwc"])
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("rule", ["reductions", "real_rule"])
-@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "fp16_autocast"])
-def test_cuda_matches_e2cnn(amp, rule, monkeypatch):
-    """real_rule: below the threshold, so e2cnn's path in training and the scale-shift in eval."""
-    if rule == "real_rule":
-        monkeypatch.setattr(FieldBatchNorm, "uses_reductions", USES_REDUCTIONS)
+@LAYOUTS
+@pytest.mark.parametrize("kind", ["regular", "mixed"])
+@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items())
+                         or "default")
+def test_cuda_float64_matches_e2cnn(kind, settings, layout):
+    """torch's SyncBatchNorm kernels as the field norm uses them, in float64 against e2cnn's
+    module (native CUDA batch norm in float64): training steps, then eval."""
     torch.manual_seed(0)
-    ref, ours = make_pair(dtype=torch.float32)
+    ref, ours = make_pair(kind, **settings)
+    ref, ours = ref.cuda(), ours.cuda()
+    for step, mode in enumerate((True, True, False)):
+        ref.train(mode), ours.train(mode)
+        x = random_input(ours.in_type, batch=2 + step, h=9, w=11).cuda()
+        x, grad = x.contiguous(memory_format=layout), torch.randn_like(x)
+        out = run(ours, x, grad)
+        assert out[0].is_contiguous(memory_format=layout)
+        assert_all_close(out, run(ref, x, grad), rtol=1e-10, atol=1e-10)
+        assert_all_close(state(ours), state(ref), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.cuda
+@LAYOUTS
+@pytest.mark.parametrize("kind", ["regular", "mixed"])
+@pytest.mark.parametrize("rule", ["field_norm", "real_rule"])
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "fp16_autocast"])
+def test_cuda_matches_e2cnn(amp, rule, kind, layout, monkeypatch):
+    """real_rule: below the threshold, so on NCHW maps e2cnn's path in training and the
+    scale-shift in eval."""
+    if rule == "real_rule":
+        monkeypatch.setattr(FieldBatchNorm, "uses_field_norm", USES_FIELD_NORM)
+    torch.manual_seed(0)
+    ref, ours = make_pair(kind, dtype=torch.float32)
     ref, ours = ref.cuda(), ours.cuda()
     x = random_input(ours.in_type, batch=2, h=64, w=64, dtype=torch.float32).cuda()
+    x = x.contiguous(memory_format=layout)
     grad = torch.randn_like(x)
     if amp:
         x, grad = x.half(), grad.half()
@@ -454,3 +581,40 @@ def test_cuda_matches_e2cnn(amp, rule, monkeypatch):
         else:
             assert_all_close(out, expected, rtol=1e-4, atol=1e-4)
         assert_all_close(state(ours), state(ref), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cuda
+@LAYOUTS
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "fp16_autocast"])
+def test_cuda_field_norm_waits_for_nothing_and_captures(amp, layout):
+    """A training forward and backward reads nothing back, and replayed as a CUDA graph gives
+    the eager results and running statistics."""
+    torch.manual_seed(0)
+    _, ours = make_pair(dtype=torch.float32)
+    ours = ours.cuda().train()
+    twin = copy.deepcopy(ours)
+    x = random_input(ours.in_type, batch=2, h=32, w=32, dtype=torch.float32).cuda()
+    x = x.contiguous(memory_format=layout).requires_grad_()
+    grad = torch.randn_like(x)
+    autocast = torch.autocast("cuda", dtype=torch.float16, enabled=amp)
+
+    def step(module):
+        with autocast:
+            y = module(enn.GeometricTensor(x, module.in_type)).tensor
+        return (y,) + torch.autograd.grad(y, (x,) + tuple(module.parameters()), grad)
+
+    with waits_for_nothing():
+        expected = step(twin)
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up on a side stream, as capture asks
+        step(copy.deepcopy(ours))
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step(ours)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_all_close(list(captured), list(expected), rtol=1e-5, atol=1e-5)
+    assert_all_close(state(ours), state(twin), rtol=1e-6, atol=1e-6)
