@@ -169,21 +169,19 @@ def rotated_extractor(path, d):
 
 def field_batch_norm(path, d):
     def cell(r, key):
-        ours, peer = r[f'ours_{key}_ms'], r[f'e2cnn_{key}_ms']
+        ours, peer = r[f'field_norm_{key}_ms'], r[f'e2cnn_{key}_ms']
         return f'{num(ours)} / {num(peer)} ({ratio(peer, ours)})'
-    rows = [['x'.join(str(s) for s in r['shape']), r.get('layout', 'nchw').replace('_', '-'),
-             'fp16' if r['amp'] else 'fp32', 'field norm' if r['ours_uses_field_norm'] else 'cuDNN',
+    rows = [['x'.join(str(s) for s in r['shape']), r['layout'].replace('_', '-'),
+             'fp16' if r['amp'] else 'fp32',
              cell(r, 'train_fwd_bwd'), cell(r, 'train_fwd'), cell(r, 'eval_fwd')]
             for r in d['results']]
     intro = ("`FieldBatchNorm` (the ReResNet's batch norm over 8-orientation regular fields) "
-             "against e2cnn's `InnerBatchNorm` (cuDNN's BatchNorm3d), at the ReResNet-50's shapes "
-             "for a batch of two 1024² images; fp16 means under autocast. Ours uses its field "
-             "norm (per channel, then per field, with torch's SyncBatchNorm kernels) where it "
-             "beats cuDNN on NCHW maps, cuDNN on e2cnn's view elsewhere, and the field norm on "
-             "every channels-last map (which e2cnn's view copies). Cells: "
+             "against e2cnn's `InnerBatchNorm` (cuDNN's BatchNorm3d on its (B, fields, 8, H, W) "
+             "view), at the ReResNet-50's shapes for a batch of two 1024² images, through "
+             "autograd, eager; fp16 means under autocast. On CUDA ours computes per channel and "
+             "then per field with torch's SyncBatchNorm kernels, in either layout. Cells: "
              "ours / e2cnn in ms (speed-up).")
-    return [intro, table(['shape', 'layout', 'precision', "ours' path",
-                          'training forward + backward',
+    return [intro, table(['shape', 'layout', 'precision', 'training forward + backward',
                           'training forward', 'eval forward'], rows)]
 
 

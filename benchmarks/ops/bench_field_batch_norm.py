@@ -3,10 +3,9 @@ shapes of a batch of 2 images of 1024^2 (8-rotation regular fields): training fo
 through autograd (input, weight and bias gradients), training forward, eval forward, and eval
 forward + backward (norm_eval), fp32 and under fp16 autocast, on NCHW maps and on channels-last
 maps (what the norms of a model with channels_last=True get; e2cnn's view of them is a copy).
-`ours_*` is the module as configured (the field norm only where FieldBatchNorm.uses_field_norm
-says so); `field_norm_*` forces the field norm (torch's SyncBatchNorm kernels) everywhere, the
-data behind that rule, and `reductions_*` forces its portable path (torch reductions and
-elementwise ops) instead of those kernels.
+`ours_*` is the module as configured; `field_norm_*` forces field_batch_norm on every map (on
+CUDA torch's SyncBatchNorm kernels), and `reductions_*` forces its portable path (torch reductions
+and elementwise ops) instead of those kernels.
 Diagnostic: no goal.
 Usage (repo root): python -m benchmarks.ops.bench_field_batch_norm --out field_batch_norm_h200.json"""
 import argparse

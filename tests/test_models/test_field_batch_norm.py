@@ -10,6 +10,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from redet_plugin.models.backbones import ReResNet
 from redet_plugin.models.equivariant import regular_type, rotation_gspace
+from redet_plugin.testing import capture
 from tests._helpers import waits_for_nothing
 from redet_plugin.models import field_batch_norm as field_batch_norm_module
 from redet_plugin.models.field_batch_norm import (FieldBatchNorm, _BatchStatisticsNorm,
@@ -35,7 +36,7 @@ class _Shape:
 
 @pytest.mark.parametrize("kind", ["regular", "mixed"])
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
-@pytest.mark.parametrize("rule", ["reductions", "real_rule"])
+@pytest.mark.parametrize("rule", ["field_norm", "real_rule"])
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last],
                          ids=["nchw", "nhwc"])
 def test_forward_reads_nothing_back_from_the_device(kind, training, rule, layout, monkeypatch):
@@ -59,27 +60,15 @@ def test_forward_reads_nothing_back_from_the_device(kind, training, rule, layout
 
 def test_dispatch_rule():
     module = FieldBatchNorm(regular_type(256))  # 32 fields of 8 channels
-    assert FieldBatchNorm.MIN_FIELD_ELEMENTS == 2**20
-    assert USES_FIELD_NORM(module, _Shape((2, 256, 256, 256), True))  # 2 * 8 * 256^2 = 2^20
-    assert not USES_FIELD_NORM(module, _Shape((2, 256, 256, 255), True))
-    assert not USES_FIELD_NORM(module, _Shape((2, 256, 512, 512), False))  # CPU: torch's own
-    # channels-last: e2cnn's (B, fields, s, H, W) view would be a copy
-    assert USES_FIELD_NORM(module, _Shape((2, 256, 256, 255), True, channels_last=True))
-    assert USES_FIELD_NORM(module, _Shape((2, 256, 8, 8), False, channels_last=True))
-    # running statistics (eval, norm_eval): the scale-shift pass at any size on CUDA
-    small = _Shape((2, 256, 8, 8), True)
-    assert not USES_FIELD_NORM(module, small)
-    for bn in inner_norms(module):
-        bn.eval()
-    assert USES_FIELD_NORM(module, small)
-    assert not USES_FIELD_NORM(module, _Shape((2, 256, 8, 8), False))
-    # eval without running statistics normalises with the batch's: the size rule again
-    untracked = FieldBatchNorm(regular_type(256), track_running_stats=False).eval()
-    assert not USES_FIELD_NORM(untracked, small)
-    assert USES_FIELD_NORM(untracked, _Shape((2, 256, 256, 256), True))
+    for training in (True, False):
+        module.train(training)
+        assert USES_FIELD_NORM(module, _Shape((2, 256, 8, 8), True))  # CUDA: any size, any mode
+        assert not USES_FIELD_NORM(module, _Shape((2, 256, 512, 512), False))  # CPU: torch's own
+        # channels-last: e2cnn's (B, fields, s, H, W) view would be a copy
+        assert USES_FIELD_NORM(module, _Shape((2, 256, 8, 8), False, channels_last=True))
 
 
-def test_e2cnn_path_below_the_threshold(monkeypatch):
+def test_e2cnn_path_on_cpu_nchw_maps(monkeypatch):
     monkeypatch.setattr(FieldBatchNorm, "uses_field_norm", USES_FIELD_NORM)
     ref, ours = make_pair(dtype=torch.float32)
     x = random_input(ours.in_type, dtype=torch.float32)
@@ -550,13 +539,8 @@ def test_cuda_float64_matches_e2cnn(kind, settings, layout):
 @pytest.mark.cuda
 @LAYOUTS
 @pytest.mark.parametrize("kind", ["regular", "mixed"])
-@pytest.mark.parametrize("rule", ["field_norm", "real_rule"])
 @pytest.mark.parametrize("amp", [False, True], ids=["fp32", "fp16_autocast"])
-def test_cuda_matches_e2cnn(amp, rule, kind, layout, monkeypatch):
-    """real_rule: below the threshold, so on NCHW maps e2cnn's path in training and the
-    scale-shift in eval."""
-    if rule == "real_rule":
-        monkeypatch.setattr(FieldBatchNorm, "uses_field_norm", USES_FIELD_NORM)
+def test_cuda_matches_e2cnn(amp, kind, layout):
     torch.manual_seed(0)
     ref, ours = make_pair(kind, dtype=torch.float32)
     ref, ours = ref.cuda(), ours.cuda()
@@ -596,25 +580,18 @@ def test_cuda_field_norm_waits_for_nothing_and_captures(amp, layout):
     x = random_input(ours.in_type, batch=2, h=32, w=32, dtype=torch.float32).cuda()
     x = x.contiguous(memory_format=layout).requires_grad_()
     grad = torch.randn_like(x)
-    autocast = torch.autocast("cuda", dtype=torch.float16, enabled=amp)
 
-    def step(module):
-        with autocast:
+    def step(module, x):
+        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
             y = module(enn.GeometricTensor(x, module.in_type)).tensor
         return (y,) + torch.autograd.grad(y, (x,) + tuple(module.parameters()), grad)
 
-    with waits_for_nothing():
-        expected = step(twin)
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up on a side stream, as capture asks
-        step(copy.deepcopy(ours))
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step(ours)
+    graph, captured = capture(lambda x: step(ours, x), x)  # two warm-up steps, then the capture
     graph.replay()
+    torch.cuda.synchronize()
+    with waits_for_nothing():
+        for _ in range(3):
+            expected = step(twin, x)
     torch.cuda.synchronize()
     assert_all_close(list(captured), list(expected), rtol=1e-5, atol=1e-5)
     assert_all_close(state(ours), state(twin), rtol=1e-6, atol=1e-6)
