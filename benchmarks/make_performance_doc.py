@@ -217,6 +217,35 @@ DETECTOR_RUNS = {
 }
 
 
+def amp_and_layout_ratios(runs):
+    """Sentences: `--amp` against fp32 and channels-last against NCHW, where both runs exist."""
+    lines = []
+    for fp32_run, amp_run, what in (
+            ('ours', 'ours_amp', '`--amp` against our fp32 in training'),
+            ('ours_graph', 'ours_graph_amp',
+             '`--amp` against our fp32 in training, whole step captured'),
+            ('ours_graph_cl', 'ours_graph_amp_cl',
+             '`--amp` against our fp32 in training, whole step captured, channels-last'),
+            ('ours_graph', 'ours_graph_amp_cl',
+             '`--amp` with channels-last against fp32 with NCHW in training, whole step captured')):
+        ours = runs.get(fp32_run, {}).get('train', {})
+        amp = runs.get(amp_run, {}).get('train', {})
+        if ours and amp and not math.isfinite(amp.get('loss_last_logged', math.nan)):
+            lines.append(f"{what}: not compared, the `--amp` run's logged losses were not "
+                         f"finite.")
+        elif ours and amp:
+            lines.append(f"{what}: "
+                         f"{ratio(ours['median_iter_time_s'], amp['median_iter_time_s'])}.")
+    for nchw_run, nhwc_run in (('ours_graph', 'ours_graph_cl'),
+                               ('ours_graph_amp', 'ours_graph_amp_cl')):
+        nchw = runs.get(nchw_run, {}).get('train', {})
+        nhwc = runs.get(nhwc_run, {}).get('train', {})
+        if nchw and nhwc:
+            lines.append(f"Channels-last against NCHW in training ({DETECTOR_RUNS[nhwc_run]}): "
+                         f"{ratio(nchw['median_iter_time_s'], nhwc['median_iter_time_s'])}.")
+    return lines
+
+
 def detector_vs_mmrotate(path, d):
     s, runs = d['settings'], d['runs']
     base = runs.get('mmrotate', {})
@@ -252,25 +281,7 @@ def detector_vs_mmrotate(path, d):
              f"(batch 1). Peak memory in training: allocated (mmengine's `memory` log) / reserved "
              f"(the process's peak; a CUDA graph's pool is reserved, not allocated). Packages: "
              f"{packages}.")
-    after = []
-    for fp32_run, amp_run, how in (
-            ('ours', 'ours_amp', ''), ('ours_graph', 'ours_graph_amp', ', whole step captured'),
-            ('ours_graph_cl', 'ours_graph_amp_cl', ', whole step captured, channels-last')):
-        ours = runs.get(fp32_run, {}).get('train', {})
-        amp = runs.get(amp_run, {}).get('train', {})
-        if ours and amp and not math.isfinite(amp.get('loss_last_logged', math.nan)):
-            after.append(f"`--amp` against our fp32 in training{how}: not compared, the `--amp` "
-                         f"run's logged losses were not finite.")
-        elif ours and amp:
-            after.append(f"`--amp` against our fp32 in training{how}: "
-                         f"{ratio(ours['median_iter_time_s'], amp['median_iter_time_s'])}.")
-    for nchw_run, nhwc_run in (('ours_graph', 'ours_graph_cl'),
-                               ('ours_graph_amp', 'ours_graph_amp_cl')):
-        nchw = runs.get(nchw_run, {}).get('train', {})
-        nhwc = runs.get(nhwc_run, {}).get('train', {})
-        if nchw and nhwc:
-            after.append(f"Channels-last against NCHW in training ({DETECTOR_RUNS[nhwc_run]}): "
-                         f"{ratio(nchw['median_iter_time_s'], nhwc['median_iter_time_s'])}.")
+    after = amp_and_layout_ratios(runs)
     for name, run in runs.items():
         test, eager = run.get('test', {}), run.get('test_eager_predict', {})
         if test.get('mAP50') is not None and eager.get('mAP50') is not None:
@@ -310,6 +321,35 @@ def captured_training(path, d):
     return [intro, table(['run', 's / iteration', 'test s / image', 'peak reserved MB',
                           'mAP@0.5'], rows),
             f"Goal, the captured run's mAP within 0.01 of the eager run's: {verdict}."]
+
+
+def captured_variants(path, d):
+    s, runs = d['settings'], d['runs']
+    rows = []
+    for name, run in runs.items():
+        train, test = run.get('train', {}), run.get('test', {})
+        if not train:
+            reason = run.get('skipped') or run.get('error') or 'not run'
+            rows.append([DETECTOR_RUNS.get(name, name), f'not measured ({not_measured(reason)})',
+                         '', '', '', ''])
+            continue
+        reserved = train.get('peak_cuda_memory', {}).get('reserved_mb')
+        rows.append([DETECTOR_RUNS.get(name, name), num(train['median_iter_time_s']),
+                     num(test.get('s_per_image')) if test
+                     else f"not measured ({not_measured(run.get('error'))})",
+                     f"{num(train.get('peak_memory_mb'))} / {num(reserved)}",
+                     num(test.get('mAP50')) if test else DASH,
+                     f"{train.get('loss_first_logged', 0):.2f} → "
+                     f"{train.get('loss_last_logged', 0):.2f}"])
+    intro = (f"The captured step in fp32 and under `--amp`, with NCHW and with channels-last "
+             f"feature maps (`model.channels_last=True`), trained in the same run through "
+             f"`tools/train.py` for {s['iters']} iterations at batch {s['batch_per_gpu']} on the "
+             f"same synthetic set ({s['images']['train']} training images, {s['resize']}²) and "
+             f"tested with `tools/test.py` on {s['images']['val']} images. Times as in the "
+             f"section above, after {s['skip']} warm-up iterations.")
+    return [intro, table(['run', 's / iteration', 'test s / image',
+                          'peak MB, allocated / reserved', 'mAP@0.5', 'loss first → last'], rows),
+            *amp_and_layout_ratios(runs)]
 
 
 def _merge(first, second):
@@ -472,6 +512,9 @@ SECTIONS = [
     ('Captured training against eager training', 'captured_training',
      'benchmarks/detector/bench_detector_vs_mmrotate.py --runs ours ours_graph',
      captured_training),
+    ('Precision and layout of the captured step', 'captured_variants',
+     'benchmarks/detector/bench_detector_vs_mmrotate.py --runs ours_graph ours_graph_cl '
+     'ours_graph_amp ours_graph_amp_cl', captured_variants),
     ("Where the detector's step goes", 'profile_detector',
      'benchmarks/profiling/profile_detector.py', profile_detector),
     ("Memory of a training step", 'step_memory', 'benchmarks/profiling/step_memory.py',
