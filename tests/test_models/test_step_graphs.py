@@ -281,6 +281,10 @@ def _update_gaps(ours, ref, start):
     return gaps
 
 
+# fp16 rounds the kernels a capture picks further apart from eager's than fp32 does
+AMP_UPDATE_GAP = 1e-2
+
+
 def _assert_like_eager(graphed, eager, eager_again, start, floor):
     """Every tensor of `graphed` is as close to `eager` as a second eager run is (times 10), or
     within `floor` of the update: eager steps differ from run to run (atomic adds), and the
@@ -320,16 +324,16 @@ def test_captured_amp_steps_give_the_eager_amp_steps():
     """AmpOptimWrapper (fp16 autocast, dynamic loss scale) with SGD: the graph runs the scaler's
     unscale, inf check, fused step and scale update on the device."""
     batches = [_batch('cuda', (3, 5), seed=0), _batch('cuda', (7, 1), seed=1)]
-    (eager, eager_logs, eager_wrapper), (graphed, graphed_logs, wrapper) = [
-        _steps(captured, 4, batches, amp=True) for captured in (False, True)]
+    (eager, eager_logs, eager_wrapper), (eager_again, _, _), (graphed, graphed_logs, wrapper) = [
+        _steps(captured, 4, batches, amp=True) for captured in (False, False, True)]
     assert len(graphed.step_graphs) == 1
     torch.testing.assert_close(wrapper.loss_scaler.get_scale(),
                                eager_wrapper.loss_scaler.get_scale())
     for ref, ours in zip(eager_logs, graphed_logs):
         for key in ref:
             torch.testing.assert_close(ours[key], ref[key], rtol=1e-3, atol=1e-3)
-    for (name, ref), ours in zip(eager.state_dict().items(), graphed.state_dict().values()):
-        torch.testing.assert_close(ours, ref, rtol=1e-3, atol=1e-4, msg=name)
+    _assert_like_eager(graphed.state_dict(), eager.state_dict(), eager_again.state_dict(),
+                       tiny_detector('cuda').state_dict(), floor=AMP_UPDATE_GAP)
 
 
 @pytest.mark.cuda
@@ -338,8 +342,9 @@ def test_captured_amp_steps_after_a_skipped_warm_up_give_the_eager_amp_steps():
     has made SGD's momentum buffers when the graph is captured: the replays must still apply
     momentum, as the eager steps do from their first applied step."""
     batches = [_batch('cuda', (3, 5), seed=0), _batch('cuda', (7, 1), seed=1)]
-    (eager, eager_logs, eager_wrapper), (graphed, graphed_logs, wrapper) = [
-        _steps(captured, 4, batches, amp=True, skip_first=True) for captured in (False, True)]
+    (eager, eager_logs, eager_wrapper), (eager_again, _, _), (graphed, graphed_logs, wrapper) = [
+        _steps(captured, 4, batches, amp=True, skip_first=True)
+        for captured in (False, False, True)]
     assert len(graphed.step_graphs) == 1
     torch.testing.assert_close(wrapper.loss_scaler.get_scale(),
                                eager_wrapper.loss_scaler.get_scale())
@@ -347,10 +352,10 @@ def test_captured_amp_steps_after_a_skipped_warm_up_give_the_eager_amp_steps():
         for key in ref:
             torch.testing.assert_close(ours[key], ref[key], rtol=1e-3, atol=1e-3)
     start = tiny_detector('cuda').state_dict()
-    for name, ref in eager.state_dict().items():
-        ours = graphed.state_dict()[name]
-        assert torch.isfinite(ours).all(), name
-        torch.testing.assert_close(ours, ref, rtol=1e-3, atol=1e-4, msg=name)
+    assert all(torch.isfinite(v).all() for v in graphed.state_dict().values())
+    # without momentum in the replays the gap would be about half the update (3 steps, 0.9)
+    _assert_like_eager(graphed.state_dict(), eager.state_dict(), eager_again.state_dict(),
+                       start, floor=AMP_UPDATE_GAP)
     assert any(not torch.equal(start[k], v) for k, v in graphed.state_dict().items())
 
 
