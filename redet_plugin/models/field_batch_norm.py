@@ -369,10 +369,12 @@ class FieldBatchNorm(enn.InnerBatchNorm):
 def _sync_batch_norm_kernels_serve(x: torch.Tensor, bn) -> bool:
     """torch's SyncBatchNorm kernels exist for CUDA only. They take parameters and running
     statistics in the statistics' dtype (float32 for fp16/bf16 input): with e.g. bf16 running
-    statistics their per-channel counts would be rounded to bf16."""
+    statistics their per-channel counts would be rounded to bf16. The input gradient's kernel
+    takes a field's element count as an int32."""
     stats_dtype = _stats_dtype(x.dtype)
-    return x.is_cuda and all(t is None or t.dtype == stats_dtype
-                             for t in (bn.weight, bn.bias, bn.running_mean, bn.running_var))
+    return (x.is_cuda and x.numel() // bn.num_features < 2**31
+            and all(t is None or t.dtype == stats_dtype
+                    for t in (bn.weight, bn.bias, bn.running_mean, bn.running_var)))
 
 
 def _is_channels_last(x: torch.Tensor) -> bool:

@@ -317,18 +317,25 @@ def test_sync_batch_norm_kernels_serve_cuda_with_statistics_dtype_parameters():
     bn = torch.nn.BatchNorm3d(4)
 
     class Input:
-        def __init__(self, dtype, is_cuda=True):
+        def __init__(self, dtype, is_cuda=True, elements_per_field=2**20):
             self.dtype, self.is_cuda = dtype, is_cuda
+            self._numel = elements_per_field * bn.num_features
+
+        def numel(self):
+            return self._numel
 
     assert serve(Input(torch.float32), bn)
     assert serve(Input(torch.float16), bn) and serve(Input(torch.bfloat16), bn)  # float32 stats
     assert not serve(Input(torch.float32, is_cuda=False), bn)  # the kernels are CUDA-only
     assert not serve(Input(torch.float64), bn)
-    assert serve(Input(torch.float64), bn.double())
+    assert serve(Input(torch.float64), torch.nn.BatchNorm3d(4).double())
     # bf16 buffers: the kernels would round their per-channel counts to bf16
     assert not serve(Input(torch.bfloat16), torch.nn.BatchNorm3d(4).bfloat16())
     assert serve(Input(torch.float32), torch.nn.BatchNorm3d(4, affine=False,
                                                              track_running_stats=False))
+    # the input gradient's kernel counts a field's elements in an int32
+    assert serve(Input(torch.float32, elements_per_field=2**31 - 1), bn)
+    assert not serve(Input(torch.float32, elements_per_field=2**31), bn)
 
 
 def test_gradcheck_scale_shift_and_eval_module():
