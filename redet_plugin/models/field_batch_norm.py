@@ -309,9 +309,9 @@ class FieldBatchNorm(enn.InnerBatchNorm):
     non-linearities, e.g. regular fields), eps, momentum, affine, track_running_stats.
 
     On CUDA the field norm always runs: with batch statistics torch's SyncBatchNorm kernels (in
-    training, against cuDNN's BatchNorm3d on e2cnn's view at the ReResNet-50's shapes: 4-6x
-    faster on the first stage's large maps, 0.8-1.3x on the last stages' small ones, where both
-    take well under a millisecond; benchmarks/ops/bench_field_batch_norm.py), with running
+    training, against cuDNN's BatchNorm3d on e2cnn's view at the ReResNet-50's shapes: 3.5-16x
+    faster on the large maps up to 256^2, 0.7-1.2x on the last two stages' small ones, where
+    both take well under a millisecond; benchmarks/ops/bench_field_batch_norm.py), with running
     statistics (eval mode, also norm_eval) one scale-shift pass. Channels-last maps take it on
     any device: e2cnn's (B, fields, s, H, W) view would copy them to NCHW. On the CPU NCHW maps
     go to torch's own batch norm on e2cnn's view. Unlike e2cnn's forward, which slices with the
