@@ -246,29 +246,37 @@ def amp_and_layout_ratios(runs):
     return lines
 
 
+def detector_run_row(name, run, extra_cells=None, extra_columns=0):
+    """A detector run's table row: s / iteration, test s / image, peak memory in training
+    (allocated / reserved), mAP@0.5, the `extra_columns` cells extra_cells(name, train, test)
+    gives, loss first -> last; or why the run was not measured."""
+    train, test = run.get('train', {}), run.get('test', {})
+    label = DETECTOR_RUNS.get(name, name)
+    if not train:
+        reason = run.get('skipped') or run.get('error') or 'not run'
+        return [label, f'not measured ({not_measured(reason)})'] + [''] * (4 + extra_columns)
+    reserved = train.get('peak_cuda_memory', {}).get('reserved_mb')
+    test_cell = (num(test.get('s_per_image')) if test
+                 else f"not measured ({not_measured(run.get('error'))})")
+    return [label, num(train['median_iter_time_s']), test_cell,
+            f"{num(train.get('peak_memory_mb'))} / {num(reserved)}",
+            num(test.get('mAP50')) if test else DASH,
+            *(extra_cells(name, train, test) if extra_cells else ()),
+            f"{train.get('loss_first_logged', 0):.2f} → {train.get('loss_last_logged', 0):.2f}"]
+
+
 def detector_vs_mmrotate(path, d):
     s, runs = d['settings'], d['runs']
     base = runs.get('mmrotate', {})
     base_iter = base.get('train', {}).get('median_iter_time_s')
     base_test = base.get('test', {}).get('s_per_image')
-    rows = []
-    for name, run in runs.items():
-        train, test = run.get('train', {}), run.get('test', {})
-        if not train:
-            reason = run.get('skipped') or run.get('error') or 'not run'
-            rows.append([DETECTOR_RUNS.get(name, name), f'not measured ({not_measured(reason)})']
-                        + [''] * 6)
-            continue
-        reserved = train.get('peak_cuda_memory', {}).get('reserved_mb')
-        test_cell = (num(test.get('s_per_image')) if test
-                     else f"not measured ({not_measured(run.get('error'))})")
-        rows.append([DETECTOR_RUNS.get(name, name), num(train['median_iter_time_s']),
-                     test_cell, f"{num(train.get('peak_memory_mb'))} / {num(reserved)}",
-                     num(test.get('mAP50')) if test else DASH,
-                     ratio(base_iter, train['median_iter_time_s']) if name != 'mmrotate' else '1',
-                     ratio(base_test, test.get('s_per_image')) if name != 'mmrotate' else '1',
-                     f"{train.get('loss_first_logged', 0):.2f} → "
-                     f"{train.get('loss_last_logged', 0):.2f}"])
+
+    def speed_ups(name, train, test):
+        if name == 'mmrotate':
+            return ('1', '1')
+        return (ratio(base_iter, train['median_iter_time_s']),
+                ratio(base_test, test.get('s_per_image')))
+    rows = [detector_run_row(name, run, speed_ups, extra_columns=2) for name, run in runs.items()]
     packages = ', '.join(f'{k} {v}' for k, v in d['environment']['packages'].items())
     intro = (f"Our ReDet R50 (ReResNet-50 + ReFPN) against mmrotate-dev's, each trained from "
              f"scratch through its project's own `tools/train.py` for {s['iters']} iterations at "
@@ -324,23 +332,8 @@ def captured_training(path, d):
 
 
 def captured_variants(path, d):
-    s, runs = d['settings'], d['runs']
-    rows = []
-    for name, run in runs.items():
-        train, test = run.get('train', {}), run.get('test', {})
-        if not train:
-            reason = run.get('skipped') or run.get('error') or 'not run'
-            rows.append([DETECTOR_RUNS.get(name, name), f'not measured ({not_measured(reason)})',
-                         '', '', '', ''])
-            continue
-        reserved = train.get('peak_cuda_memory', {}).get('reserved_mb')
-        rows.append([DETECTOR_RUNS.get(name, name), num(train['median_iter_time_s']),
-                     num(test.get('s_per_image')) if test
-                     else f"not measured ({not_measured(run.get('error'))})",
-                     f"{num(train.get('peak_memory_mb'))} / {num(reserved)}",
-                     num(test.get('mAP50')) if test else DASH,
-                     f"{train.get('loss_first_logged', 0):.2f} → "
-                     f"{train.get('loss_last_logged', 0):.2f}"])
+    s = d['settings']
+    rows = [detector_run_row(name, run) for name, run in d['runs'].items()]
     intro = (f"The captured step in fp32 and under `--amp`, with NCHW and with channels-last "
              f"feature maps (`model.channels_last=True`), trained in the same run through "
              f"`tools/train.py` for {s['iters']} iterations at batch {s['batch_per_gpu']} on the "
@@ -349,7 +342,7 @@ def captured_variants(path, d):
              f"section above, after {s['skip']} warm-up iterations.")
     return [intro, table(['run', 's / iteration', 'test s / image',
                           'peak MB, allocated / reserved', 'mAP@0.5', 'loss first → last'], rows),
-            *amp_and_layout_ratios(runs)]
+            *amp_and_layout_ratios(d['runs'])]
 
 
 def _merge(first, second):

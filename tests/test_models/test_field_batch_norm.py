@@ -20,9 +20,9 @@ USES_FIELD_NORM = FieldBatchNorm.uses_field_norm  # the real rule, before the fi
 
 
 @pytest.fixture(autouse=True)
-def reductions_everywhere(monkeypatch):
-    """By default the reduction path runs only on large CUDA maps; in these tests on every input
-    (test_dispatch_rule checks the real rule)."""
+def field_norm_everywhere(monkeypatch):
+    """By default field_batch_norm runs only on CUDA and channels-last maps; in these tests on
+    every input (test_dispatch_rule checks the real rule)."""
     monkeypatch.setattr(FieldBatchNorm, "uses_field_norm", lambda self, x: True)
 
 
