@@ -428,11 +428,22 @@ def host_syncs(path, d):
     for key, title in (('train_step', 'training step'), ('test_step', 'test forward')):
         step = d[key]
         rows = [[str(site['count']), f"`{site['site']}`"] for site in step['sites'][:15]]
-        paragraphs.append(f"{title}: {step['syncs']} synchronisations at {len(step['sites'])} "
-                          f"call sites" + (' (the 15 most frequent):' if len(rows) > 14 else ':'))
+        paragraphs.append(f"{title}: {plural(step['syncs'], 'synchronisation')} at "
+                          f"{plural(len(step['sites']), 'call site')}"
+                          + (' (the 15 most frequent):' if len(rows) > 14 else ':' if rows else '.'))
         if rows:
             paragraphs.append(table(['count', 'call site'], rows))
+    if any(site['site'].endswith(' cut_padding') for site in d['test_step']['sites']):
+        paragraphs.append("`cut_padding` is the one read-back that ends a test forward called as "
+                          "`model.test_step`: each image's number of detections, after the "
+                          "captured forward. The validation and test loops of `tools/test.py` and "
+                          "`tools/train.py`, and the patch inference, read it one batch behind, "
+                          "once the next batch's forward is queued, so the GPU does not wait.")
     return paragraphs
+
+
+def plural(count, noun):
+    return f"{count} {noun}" + ('' if count == 1 else 's')
 
 
 def multi_gpu(path, d):
