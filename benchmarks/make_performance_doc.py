@@ -209,10 +209,12 @@ DETECTOR_RUNS = {
     'ours': 'ours, fp32',
     'ours_amp': 'ours, `--amp`',
     'ours_eager': 'ours, fp32, `model.cuda_graph_features=False`',
-    'ours_graph': 'ours, fp32, `model.cuda_graph_step=True` (the whole step as one CUDA graph)',
-    'ours_graph_amp': 'ours, `--amp`, `model.cuda_graph_step=True`',
-    'ours_graph_cl': 'ours, fp32, `model.cuda_graph_step=True`, `model.channels_last=True`',
-    'ours_graph_amp_cl': 'ours, `--amp`, `model.cuda_graph_step=True`, `model.channels_last=True`',
+    'ours_graph': 'ours, fp32, `model.cuda_graph_step=True` (the whole step as one CUDA graph), '
+                  'NCHW',
+    'ours_graph_amp': 'ours, `--amp`, `model.cuda_graph_step=True`, NCHW',
+    'ours_graph_cl': 'ours, fp32, `model.cuda_graph_step=True` (the whole step as one CUDA graph), '
+                     'channels-last',
+    'ours_graph_amp_cl': 'ours, `--amp`, `model.cuda_graph_step=True`, channels-last',
     'ours_dist2': 'ours, `tools/dist_train.sh` on 2 GPUs',
 }
 
@@ -334,8 +336,9 @@ def captured_training(path, d):
 def captured_variants(path, d):
     s = d['settings']
     rows = [detector_run_row(name, run) for name, run in d['runs'].items()]
-    intro = (f"The captured step in fp32 and under `--amp`, with NCHW and with channels-last "
-             f"feature maps (`model.channels_last=True`), trained in the same run through "
+    intro = (f"The captured step in fp32 and under `--amp`, with NCHW (`model.channels_last="
+             f"False`) and with channels-last feature maps (`model.channels_last=True`, the "
+             f"configs' default), trained in the same run through "
              f"`tools/train.py` for {s['iters']} iterations at batch {s['batch_per_gpu']} on the "
              f"same synthetic set ({s['images']['train']} training images, {s['resize']}²) and "
              f"tested with `tools/test.py` on {s['images']['val']} images. Times as in the "
@@ -383,6 +386,7 @@ def profile_detector(path, d):
                            'the parts are timed eagerly)')
     intro = (f"Where one training iteration (batch 2) and one inference image of our R50 config "
              f"go, at {d['image_size']}², {'fp16 autocast' if d['amp'] else 'fp32'}, "
+             f"{'channels-last' if d.get('channels_last') else 'NCHW'} feature maps, "
              f"{weights}, backbone and neck run {graphs}. Each part is timed with a CUDA "
              f"synchronisation before and after it, which adds a little to each; "
              f"{uninstrumented}. Medians of {d['iters']} iterations and "
@@ -430,7 +434,8 @@ def host_syncs(path, d):
         rows = [[str(site['count']), f"`{site['site']}`"] for site in step['sites'][:15]]
         paragraphs.append(f"{title}: {plural(step['syncs'], 'synchronisation')} at "
                           f"{plural(len(step['sites']), 'call site')}"
-                          + (' (the 15 most frequent):' if len(rows) > 14 else ':' if rows else '.'))
+                          + (' (the 15 most frequent):' if len(rows) > 14
+                             else ':' if rows else '.'))
         if rows:
             paragraphs.append(table(['count', 'call site'], rows))
     if any(site['site'].endswith(' cut_padding') for site in d['test_step']['sites']):
@@ -517,8 +522,8 @@ SECTIONS = [
      'benchmarks/detector/bench_detector_vs_mmrotate.py --runs ours ours_graph',
      captured_training),
     ('Precision and layout of the captured step', 'captured_variants',
-     'benchmarks/detector/bench_detector_vs_mmrotate.py --runs ours_graph ours_graph_cl '
-     'ours_graph_amp ours_graph_amp_cl', captured_variants),
+     'benchmarks/detector/bench_detector_vs_mmrotate.py --runs ours_graph_cl ours_graph '
+     'ours_graph_amp_cl ours_graph_amp', captured_variants),
     ("Where the detector's step goes", 'profile_detector',
      'benchmarks/profiling/profile_detector.py', profile_detector),
     ("Memory of a training step", 'step_memory', 'benchmarks/profiling/step_memory.py',
@@ -579,7 +584,9 @@ def summary(data):
     detector = data.get('detector_vs_mmrotate')
     runs = detector['runs'] if detector else {}
     peer = runs.get('mmrotate', {})
-    for run, how in (('ours', ''), ('ours_graph', ', whole step as one CUDA graph')):
+    captured = next((run for run in ('ours_graph_cl', 'ours_graph') if run in runs), None)
+    for run, how in (('ours', ''), (captured, ', whole step as one CUDA graph' + (
+            ', channels-last' if captured == 'ours_graph_cl' else ''))):
         ours = runs.get(run, {})
         for part, key, what in (('train', 'median_iter_time_s', 'training s / iteration'),
                                 ('test', 's_per_image', 'test s / image')):

@@ -34,7 +34,8 @@ def parse_args(argv=None):
                    help='the steps as whole CUDA graphs (model.cuda_graph_step, every batch '
                         'padded to 256 gts, and model.cuda_graph_predict): the recorded steps '
                         'are replays')
-    p.add_argument('--channels-last', action='store_true', help='model.channels_last=True')
+    p.add_argument('--channels-last', action=argparse.BooleanOptionalAction,
+                   help="model.channels_last (default: the config's)")
     p.add_argument('--warmup', type=int, default=2, help='steps run before the recorded one')
     args = p.parse_args(argv)
     args.device = 'cuda'

@@ -59,7 +59,8 @@ def parse_args(argv=None):
                    help='the uninstrumented steps as whole CUDA graphs (model.cuda_graph_step '
                         'with every batch padded to 256 gts, so that one graph serves all, and '
                         'model.cuda_graph_predict); the per-part table is always eager')
-    p.add_argument('--channels-last', action='store_true', help='model.channels_last=True')
+    p.add_argument('--channels-last', action=argparse.BooleanOptionalAction,
+                   help="model.channels_last (default: the config's)")
     p.add_argument('--warmup', type=int, default=3)
     p.add_argument('--iters', type=int, default=5, help='measured training iterations')
     p.add_argument('--images', type=int, default=10, help='measured inference images')
@@ -298,8 +299,8 @@ def build(args):
     if args.captured:
         cfg.model.cuda_graph_step = dict(min_gt_capacity=256, warmup_iters=1)
         cfg.model.cuda_graph_predict = True
-    if args.channels_last:
-        cfg.model.channels_last = True
+    if args.channels_last is not None:
+        cfg.model.channels_last = args.channels_last
     init_default_scope(cfg.get('default_scope', 'mmdet'))
     from mmdet.registry import MODELS
     model = MODELS.build(cfg.model)
@@ -539,7 +540,7 @@ def main(argv=None):
                          + (argv if argv is not None else sys.argv[1:])),
         config=osp.relpath(args.config, REPO), checkpoint=args.checkpoint, amp=args.amp,
         eager=args.eager, graphs=graphs is not None, captured=args.captured,
-        channels_last=args.channels_last,
+        channels_last=model.channels_last,
         image_size=args.resize or 1024, device=torch.cuda.get_device_name() if cuda else 'cpu',
         torch=torch.__version__, warmup=args.warmup, iters=args.iters, images=args.images,
         train=train, test=test, kernels=dict(train=train_kernels, test=test_kernels),

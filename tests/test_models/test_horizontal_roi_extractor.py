@@ -64,6 +64,15 @@ def test_reads_no_value_back():
         SingleRoIExtractor.forward(ours, [f.detach().to('meta') for f in feats], rois.to('meta'))
 
 
+@pytest.mark.parametrize('layer', LAYERS, ids=lambda c: c['type'])
+def test_channels_last_maps_give_the_nchw_features(layer):
+    # (mmcv's RoIAlign reads any map as NCHW-contiguous: it gets a contiguous copy)
+    ours = extractor(layer)
+    feats, rois = inputs(2)
+    channels_last = [f.detach().contiguous(memory_format=torch.channels_last) for f in feats]
+    assert torch.equal(ours(channels_last, rois), ours([f.detach() for f in feats], rois))
+
+
 @pytest.mark.cuda
 def test_cuda_waits_for_nothing_and_matches_mmdet():
     ours = extractor(LAYERS[0]).cuda()

@@ -100,6 +100,22 @@ def test_per_level_loop_pools_each_roi_from_its_level_with_mmcv_layer():
         torch.testing.assert_close(out[k:k + 1], layer(feats[level], rois[k:k + 1]))
 
 
+@pytest.mark.parametrize("layer_cfg", [
+    dict(type="RoIAlignRotated", output_size=5, sampling_ratio=2, clockwise=True),
+    dict(type="RedetRiRoIAlignRotated", output_size=5, num_samples=2, num_orientations=4,
+         clockwise=True)], ids=lambda c: c["type"])
+def test_channels_last_maps_give_the_nchw_features(layer_cfg):
+    # mmcv's RoIAlignRotated reads any map as NCHW-contiguous (on a channels-last one it pools
+    # wrong values, no error): it gets a contiguous copy; ours reads either layout
+    import redet_plugin.mm  # noqa: F401  (registers RedetRiRoIAlignRotated)
+    extractor = rotated_extractor(layer_cfg, channels=8)
+    feats = [f.detach() for f in pyramid(8)]
+    rois = rois_with_sizes([20, 60, 130, 150, 300, 600, 40])
+    channels_last = [f.contiguous(memory_format=torch.channels_last) for f in feats]
+    torch.testing.assert_close(extractor(channels_last, rois), extractor(feats, rois),
+                               rtol=0, atol=1e-6)
+
+
 class PerLevelConvs(nn.Module):
     """Parameters upstream of each level, as an FPN has: DDP needs a gradient for each of them."""
 

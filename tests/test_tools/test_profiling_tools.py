@@ -24,7 +24,8 @@ def data_root(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize('flags', [[], ['--eager'], ['--captured'], ['--channels-last']])
+@pytest.mark.parametrize('flags', [[], ['--eager'], ['--captured'], ['--channels-last'],
+                                   ['--no-channels-last']])
 def test_list_host_syncs_arguments_build_the_profiled_model(flags, data_root):
     with pytest.MonkeyPatch.context() as monkeypatch:  # (it refuses to run without a GPU)
         monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
@@ -36,7 +37,7 @@ def test_list_host_syncs_arguments_build_the_profiled_model(flags, data_root):
     graphs_off = '--eager' in flags or '--captured' in flags
     assert (model.feature_graphs is not None) == (not graphs_off and
                                                   bool(cfg.model.get('cuda_graph_features')))
-    assert model.channels_last == ('--channels-last' in flags)
+    assert model.channels_last == ('--no-channels-last' not in flags)  # (the config's: True)
     assert set(loaders) == {'train', 'val'}
 
 
@@ -52,9 +53,10 @@ def test_profile_detector_runs_on_the_cpu(data_root, tmp_path):
         assert 'gpu_busy' not in result[step]  # (kernel time exists only on a GPU)
 
 
+# channels_last: the option the run passes (None: none, the config's layout)
 @pytest.mark.parametrize('run, amp, step_graph, channels_last', [
-    ('ours', False, False, False), ('ours_amp', True, False, False),
-    ('ours_amp_profile', True, False, False), ('ours_graph', False, True, False),
+    ('ours', False, False, None), ('ours_amp', True, False, None),
+    ('ours_amp_profile', True, False, None), ('ours_graph', False, True, False),
     ('ours_graph_amp', True, True, False), ('ours_graph_cl', False, True, True),
     ('ours_graph_amp_cl', True, True, True)])
 def test_detector_bench_runs_get_their_options(run, amp, step_graph, channels_last):
@@ -64,7 +66,9 @@ def test_detector_bench_runs_get_their_options(run, amp, step_graph, channels_la
     assert ('model.cuda_graph_step=True' in train) == step_graph
     assert ('model.cuda_graph_predict=True' in test) == step_graph
     for command in (train, test):
-        assert ('model.channels_last=True' in command) == channels_last
+        layouts = [arg for arg in command if arg.startswith('model.channels_last=')]
+        assert layouts == ([] if channels_last is None
+                           else [f'model.channels_last={channels_last}'])
         assert command.count('--cfg-options') <= 1  # a second one would replace the first
 
 
@@ -73,7 +77,7 @@ def test_the_captured_map_goal_compares_with_the_eager_run(captured_map, met):
     from types import SimpleNamespace
 
     from benchmarks.detector.bench_detector_vs_mmrotate import comparison
-    runs = dict(ours=dict(test=dict(mAP50=0.6)), ours_graph=dict(test=dict(mAP50=captured_map)))
+    runs = dict(ours=dict(test=dict(mAP50=0.6)), ours_graph_cl=dict(test=dict(mAP50=captured_map)))
     long_enough = SimpleNamespace(iters=1000, min_iters_for_map=1000)
     assert comparison(runs, long_enough)['goals']['captured_map_within_1_point_of_eager'] is met
     too_short = SimpleNamespace(iters=60, min_iters_for_map=1000)
@@ -82,7 +86,7 @@ def test_the_captured_map_goal_compares_with_the_eager_run(captured_map, met):
 
 def test_the_captured_runs_eager_test_differs_only_in_the_predict_graph_and_its_folder():
     from benchmarks.detector.bench_detector_vs_mmrotate import commands, eager_predict_command
-    _, test, _ = commands('ours_graph', 'cfg.py', 'work', 'work_test', 10)
+    _, test, _ = commands('ours_graph_cl', 'cfg.py', 'work', 'work_test', 10)
     eager = eager_predict_command(test, 'work_test', 'work_test_eager')
     assert [(a, b) for a, b in zip(test, eager) if a != b] == [
         ('work_test', 'work_test_eager'),
@@ -94,7 +98,8 @@ def test_the_captured_test_map_goal_compares_the_same_checkpoint_tested_eagerly(
     from types import SimpleNamespace
 
     from benchmarks.detector.bench_detector_vs_mmrotate import comparison
-    runs = dict(ours_graph=dict(test=dict(mAP50=0.6), test_eager_predict=dict(mAP50=eager_map)))
+    runs = dict(ours_graph_cl=dict(test=dict(mAP50=0.6),
+                                   test_eager_predict=dict(mAP50=eager_map)))
     goals = comparison(runs, SimpleNamespace(iters=60, min_iters_for_map=1000))['goals']
     assert goals['captured_test_map_within_0_002_of_eager'] is met
 

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from redet_plugin.ops import unchecked_rois
 from redet_plugin.utils.registration import register
 
-from .roi_layer_builder import build_roi_layers
+from .roi_layer_builder import build_roi_layers, readable_by
 
 _PARKED = -1.0e4  # image coordinates of the empty box that stands in for another level's RoI
 
@@ -39,6 +39,7 @@ class HorizontalSingleRoIExtractor(SingleRoIExtractor):
 
     def forward(self, feats: Tuple[Tensor], rois: Tensor,
                 roi_scale_factor: Optional[float] = None) -> Tensor:
+        feats = tuple(readable_by(self.roi_layers[0], feat) for feat in feats)
         if rois.device.type == 'cpu':
             return super().forward(feats, rois, roi_scale_factor)
         with unchecked_rois():

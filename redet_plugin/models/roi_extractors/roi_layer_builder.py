@@ -10,6 +10,12 @@ from typing import Sequence, Tuple
 import torch.nn as nn
 from mmcv import ops as mmcv_ops
 from mmdet.registry import MODELS
+from torch import Tensor
+
+from redet_plugin.ops import RiRoIAlignRotated, RoIPool
+
+# RoI layers whose kernels read NCHW and channels-last feature maps alike
+_READ_ANY_LAYOUT = (RoIPool, RiRoIAlignRotated)
 
 
 def resolve_roi_layer_class(layer_type) -> type:
@@ -52,3 +58,10 @@ def pooled_size(layer: nn.Module) -> Tuple[int, int]:
         return size, size
     return int(size[0]), int(size[1])
 
+
+
+def readable_by(layer: nn.Module, feat: Tensor) -> Tensor:
+    """`feat` in a layout `layer` reads: as it is for our layers, NCHW-contiguous for any other.
+    mmcv 2.1's RoI kernels index every map as NCHW-contiguous whatever its strides: its
+    roi_align_rotated pools wrong values from a channels-last map, with no error."""
+    return feat if isinstance(layer, _READ_ANY_LAYOUT) else feat.contiguous()

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from redet_plugin.ops import unchecked_rois
 from redet_plugin.utils.registration import register
 
-from .roi_layer_builder import build_roi_layers, pooled_size
+from .roi_layer_builder import build_roi_layers, pooled_size, readable_by
 from .fused_kernels import fused_kernel_for
 
 
@@ -127,7 +127,7 @@ class RotatedSingleRoIExtractor(BaseRoIExtractor):
         for i, (feat, layer) in enumerate(zip(feats, self.roi_layers)):
             inds = torch.nonzero(levels == i).squeeze(1)
             if inds.numel() > 0:
-                out[inds] = layer(feat, rois[inds])
+                out[inds] = layer(readable_by(layer, feat), rois[inds])
             else:
                 # An unused level must stay in the graph: DDP expects the same set of gradients on
                 # every rank and hangs otherwise. One element of it, times zero, is enough.
