@@ -21,8 +21,8 @@ model = dict(
     # a step (redet_plugin/cuda_graphs/feature_graphs.py); False runs them eagerly
     cuda_graph_features=True,
     # every feature map channels-last (NHWC), the layout cuDNN's TF32 and fp16 convolutions
-    # use: no layout conversion around each convolution (1.17x the NCHW step in fp32, 1.19x under
-    # --amp, with the whole step captured on an H200: docs/performance.md); the same results
+    # use: no layout conversion around each convolution, a faster step in fp32 and under --amp
+    # (docs/performance.md); the same results. False: NCHW
     channels_last=True,
     backbone=dict(
         type='RedetReResNet',

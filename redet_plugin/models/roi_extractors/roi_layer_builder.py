@@ -59,7 +59,6 @@ def pooled_size(layer: nn.Module) -> Tuple[int, int]:
     return int(size[0]), int(size[1])
 
 
-
 def readable_by(layer: nn.Module, feat: Tensor) -> Tensor:
     """`feat` in a layout `layer` reads: as it is for our layers, NCHW-contiguous for any other.
     mmcv 2.1's RoI kernels index every map as NCHW-contiguous whatever its strides: its
