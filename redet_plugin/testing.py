@@ -3,6 +3,8 @@ the benchmarks. Needs torch only (no mm import), like redet_plugin.ops.
 - channels_last_at_offset: a channels-last view whose data starts at a chosen storage offset;
 - capture: a function captured as a CUDA graph on static inputs;
 - record_host_syncs: every place a function makes the host wait for the GPU, with its stack;
+- record_layout_mixes: every op of a function that reads or writes feature maps of more than one
+  memory layout (each such op converts a layout or takes a slow strided path);
 - hole_case, exact_hole_case (HOLE_KINDS): flows whose depth-aware projection leaves large holes,
   and flows whose projection is exact in any summation order."""
 import traceback
@@ -73,6 +75,58 @@ def record_host_syncs(fn):
             warnings.showwarning = previous
     torch.cuda.synchronize()
     return [dict(site=site, count=count, stack=chains[site]) for site, count in sites.most_common()]
+
+
+# ops that only make views or read metadata: they move no data, whatever the layouts
+_VIEW_OPS = frozenset({
+    'view', '_unsafe_view', 'unsqueeze', 'squeeze', 'permute', 'expand', 'reshape', 'as_strided',
+    'slice', 'select', 't', 'transpose', 'detach', 'alias', 'split', 'split_with_sizes', 'unbind',
+    'narrow', 'unfold', 'flatten', 'lift_fresh', 'is_same_size', 'sym_size', 'sym_stride',
+    'sym_numel', 'sym_storage_offset'})
+
+
+def _layout(t):
+    if t.is_contiguous(memory_format=torch.channels_last):
+        return 'channels_last' if not t.is_contiguous() else None  # None: either (C or H*W is 1)
+    return 'nchw' if t.is_contiguous() else 'strided'
+
+
+def record_layout_mixes(fn, batch_size):
+    """Runs fn() under a dispatch mode that looks at every op (backward ops included) reading or
+    writing feature maps: 4-D tensors of `batch_size` images (weights are not maps, nor broadcast
+    values such as the gradient of a mean). An op whose maps come in more than one layout
+    (channels-last, NCHW, other strides) converts one of them or takes a slow strided path.
+    Returns [dict(op, layouts, count, site)], most frequent first, `site` the innermost frame of
+    SYNC_LIBRARIES that called the op ('' in a backward); empty when every op reads and writes its
+    maps in one layout."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+    found, sites = Counter(), {}
+
+    def maps(tree):
+        return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor) and t.dim() == 4
+                and t.size(0) == batch_size and 0 not in t.stride()]  # (not a broadcast value)
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.__name__.split('.')[0] not in _VIEW_OPS:
+                layouts = {_layout(t) for t in maps((args, kwargs)) + maps(out)} - {None}
+                if len(layouts) > 1:
+                    key = (str(func), tuple(sorted(layouts)))
+                    found[key] += 1
+                    if key not in sites:
+                        stack = [f for f in traceback.extract_stack()
+                                 if not f.filename.endswith('redet_plugin/testing.py')]
+                        sites[key] = (_call_site(stack)[0] if any(
+                            f'/{lib}/' in f.filename for f in stack for lib in SYNC_LIBRARIES)
+                            else '')
+            return out
+
+    with Recorder():
+        fn()
+    return [dict(op=op, layouts=list(layouts), count=count, site=sites[(op, layouts)])
+            for (op, layouts), count in found.most_common()]
 
 
 def capture(step, *inputs):
