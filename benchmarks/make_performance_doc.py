@@ -153,7 +153,7 @@ def depth_flow_projection(path, d):
 def rotated_extractor(path, d):
     rows = []
     for r in d['results']:
-        case = f"{r['case']}: {r['images']} image{'s' if r['images'] > 1 else ''}, {r['rois']} RoIs"
+        case = f"{r['case']}: {plural(r['images'], 'image')}, {r['rois']} RoIs"
         for name, key in (('forward', 'forward'), ('forward + backward', 'forward_backward')):
             fused, loop, mmcv = (r.get(f'{who}_{key}_ms') for who in ('fused', 'loop', 'mmcv_loop'))
             rows.append([case, r['dtype'], name, num(fused), num(loop), num(mmcv),

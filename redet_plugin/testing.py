@@ -97,8 +97,8 @@ def record_layout_mixes(fn, batch_size):
     values such as the gradient of a mean). An op whose maps come in more than one layout
     (channels-last, NCHW, other strides) converts one of them or takes a slow strided path.
     Returns [dict(op, layouts, count, site)], most frequent first, `site` the innermost frame of
-    SYNC_LIBRARIES that called the op ('' in a backward); empty when every op reads and writes its
-    maps in one layout."""
+    SYNC_LIBRARIES on the stack when the op ran ('' when there is none, as in a backward started
+    outside them); empty when every op reads and writes its maps in one layout."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
     found, sites = Counter(), {}
