@@ -96,6 +96,17 @@ inline void check_map_size(int64_t height, int64_t width, const char* op, int64_
               level >= 0 ? " at level " + std::to_string(level) : std::string());
 }
 
+// The layout a backward op writes a feature map's gradient in: the map's own (channels-last when
+// its strides are), so that the layer that made the map (a channels-last convolution) takes its
+// gradient without a conversion.
+inline bool is_channels_last_map(const at::Tensor& map) {
+  return map.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+}
+
+inline at::MemoryFormat gradient_format(bool channels_last) {
+  return channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+}
+
 inline void check_output_size(int64_t h, int64_t w, const char* op) {
   TORCH_CHECK(h > 0 && w > 0, op, ": output_size must be positive, got (", h, ", ", w, ")");
 }

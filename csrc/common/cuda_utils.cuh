@@ -65,7 +65,8 @@ struct FixedPointTo {
   }
 };
 
-// Writes fixed (int64) accumulators into `out` (same number of elements, contiguous).
+// Writes fixed (int64) accumulators into `out`: the same number of elements in the same dense
+// layout (the copy is flat).
 inline void fixed_point_to_tensor(const at::Tensor& fixed, const at::Tensor& bound,
                                   at::Tensor& out) {
   const int64_t n = out.numel();

@@ -14,9 +14,12 @@ TORCH_LIBRARY_FRAGMENT(redet, m) {
   m.def("riroi_align_rotated(Tensor input, Tensor rois, float spatial_scale, SymInt output_height, "
         "SymInt output_width, int num_samples, int num_orientations, bool clockwise, "
         "bool legacy_orientation) -> Tensor");
+  // The backward ops give the input's gradient, channels-last in memory when channels_last (the
+  // layout of the forward's input).
   m.def("_riroi_align_rotated_backward(Tensor grad_output, Tensor rois, float spatial_scale, "
         "int num_samples, int num_orientations, bool clockwise, bool legacy_orientation, "
-        "SymInt batch_size, SymInt channels, SymInt height, SymInt width) -> Tensor");
+        "SymInt batch_size, SymInt channels, SymInt height, SymInt width, "
+        "bool channels_last=False) -> Tensor");
   // The same over several feature levels in one launch: RoI k reads features[levels[k]] with
   // spatial_scales[levels[k]].
   m.def("riroi_align_rotated_multilevel(Tensor[] features, Tensor rois, Tensor levels, "
@@ -25,7 +28,7 @@ TORCH_LIBRARY_FRAGMENT(redet, m) {
   m.def("_riroi_align_rotated_multilevel_backward(Tensor grad_output, Tensor rois, Tensor levels, "
         "float[] spatial_scales, int num_samples, int num_orientations, bool clockwise, "
         "bool legacy_orientation, SymInt batch_size, SymInt channels, SymInt[] heights, "
-        "SymInt[] widths) -> Tensor[]");
+        "SymInt[] widths, bool channels_last=False) -> Tensor[]");
 }
 
 namespace redet {
@@ -37,7 +40,7 @@ using Forward = at::Tensor (*)(at::TensorList, const at::Tensor&, const at::Tens
 using Backward = std::vector<at::Tensor> (*)(const at::Tensor&, const at::Tensor&,
                                              const at::Tensor&, at::ArrayRef<double>,
                                              const RiRoIOptions&, int64_t, int64_t,
-                                             at::IntArrayRef, at::IntArrayRef, const char*);
+                                             at::IntArrayRef, at::IntArrayRef, bool, const char*);
 
 // The backward ops take the output size from grad_output (0 when its rank is wrong, which the
 // backend's check then reports).
@@ -62,10 +65,11 @@ struct Schemas {
                                    double spatial_scale, int64_t num_samples,
                                    int64_t num_orientations, bool clockwise, bool legacy,
                                    int64_t batch_size, int64_t channels, int64_t height,
-                                   int64_t width) {
+                                   int64_t width, bool channels_last) {
     return backward(grad, rois, at::Tensor(), {spatial_scale},
                     backward_options(grad, num_samples, num_orientations, clockwise, legacy),
-                    batch_size, channels, {height}, {width}, "_riroi_align_rotated_backward")[0];
+                    batch_size, channels, {height}, {width}, channels_last,
+                    "_riroi_align_rotated_backward")[0];
   }
 
   static at::Tensor align_levels(at::TensorList features, const at::Tensor& rois,
@@ -81,10 +85,10 @@ struct Schemas {
       const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& levels,
       at::ArrayRef<double> spatial_scales, int64_t num_samples, int64_t num_orientations,
       bool clockwise, bool legacy, int64_t batch_size, int64_t channels, at::IntArrayRef heights,
-      at::IntArrayRef widths) {
+      at::IntArrayRef widths, bool channels_last) {
     return backward(grad, rois, levels, spatial_scales,
                     backward_options(grad, num_samples, num_orientations, clockwise, legacy),
-                    batch_size, channels, heights, widths,
+                    batch_size, channels, heights, widths, channels_last,
                     "_riroi_align_rotated_multilevel_backward");
   }
 };

@@ -163,7 +163,7 @@ inline std::vector<at::Tensor> contiguous_all(at::TensorList tensors) {
 // One backend's kernels. The forward pools RoI k from features[levels[k]] with
 // spatial_scales[levels[k]] (levels undefined: one level); `name` is what the user calls the
 // features ("input" or "features") and `op` the op's name, for messages. The backward returns one
-// gradient per level.
+// gradient per level, channels-last in memory when channels_last.
 at::Tensor riroi_align_rotated_forward_cpu(at::TensorList features, const at::Tensor& rois,
                                            const at::Tensor& levels,
                                            at::ArrayRef<double> spatial_scales,
@@ -172,7 +172,8 @@ at::Tensor riroi_align_rotated_forward_cpu(at::TensorList features, const at::Te
 std::vector<at::Tensor> riroi_align_rotated_backward_cpu(
     const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& levels,
     at::ArrayRef<double> spatial_scales, const RiRoIOptions& options, int64_t batch_size,
-    int64_t channels, at::IntArrayRef heights, at::IntArrayRef widths, const char* op);
+    int64_t channels, at::IntArrayRef heights, at::IntArrayRef widths, bool channels_last,
+    const char* op);
 
 at::Tensor riroi_align_rotated_forward_cuda(at::TensorList features, const at::Tensor& rois,
                                             const at::Tensor& levels,
@@ -182,7 +183,8 @@ at::Tensor riroi_align_rotated_forward_cuda(at::TensorList features, const at::T
 std::vector<at::Tensor> riroi_align_rotated_backward_cuda(
     const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& levels,
     at::ArrayRef<double> spatial_scales, const RiRoIOptions& options, int64_t batch_size,
-    int64_t channels, at::IntArrayRef heights, at::IntArrayRef widths, const char* op);
+    int64_t channels, at::IntArrayRef heights, at::IntArrayRef widths, bool channels_last,
+    const char* op);
 
 // The Autograd-key functions of the four ops (riroi_align_rotated_autograd.cpp), with the schemas'
 // signatures.
@@ -196,7 +198,7 @@ at::Tensor riroi_align_rotated_backward_autograd(const at::Tensor& grad, const a
                                                  int64_t num_orientations, bool clockwise,
                                                  bool legacy, c10::SymInt batch_size,
                                                  c10::SymInt channels, c10::SymInt height,
-                                                 c10::SymInt width);
+                                                 c10::SymInt width, bool channels_last);
 at::Tensor riroi_align_rotated_multilevel_forward_autograd(
     at::TensorList features, const at::Tensor& rois, const at::Tensor& levels,
     at::ArrayRef<double> spatial_scales, c10::SymInt out_h, c10::SymInt out_w,
@@ -205,6 +207,6 @@ std::vector<at::Tensor> riroi_align_rotated_multilevel_backward_autograd(
     const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& levels,
     at::ArrayRef<double> spatial_scales, int64_t num_samples, int64_t num_orientations,
     bool clockwise, bool legacy, c10::SymInt batch_size, c10::SymInt channels,
-    c10::SymIntArrayRef heights, c10::SymIntArrayRef widths);
+    c10::SymIntArrayRef heights, c10::SymIntArrayRef widths, bool channels_last);
 
 }  // namespace redet

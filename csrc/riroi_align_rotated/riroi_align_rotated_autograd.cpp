@@ -27,6 +27,7 @@ struct Args {
   bool clockwise, legacy;
   c10::SymInt batch_size, channels;          // the features' sizes
   std::vector<c10::SymInt> heights, widths;  // (one per level)
+  bool channels_last;                        // the features' layout (every level's)
 };
 
 // The forward map (features -> output) or its transpose (grad_output -> one gradient per level),
@@ -55,18 +56,20 @@ variable_list apply_map(at::TensorList x, const at::Tensor& rois, const at::Tens
     static const auto op = dispatcher.findSchemaOrThrow("redet::_riroi_align_rotated_backward", "")
                                .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double,
                                                  int64_t, int64_t, bool, bool, c10::SymInt,
-                                                 c10::SymInt, c10::SymInt, c10::SymInt)>();
+                                                 c10::SymInt, c10::SymInt, c10::SymInt, bool)>();
     return {op.call(x[0], rois, a.spatial_scales[0], a.num_samples, a.num_orientations,
-                    a.clockwise, a.legacy, a.batch_size, a.channels, a.heights[0], a.widths[0])};
+                    a.clockwise, a.legacy, a.batch_size, a.channels, a.heights[0], a.widths[0],
+                    a.channels_last)};
   }
   static const auto op =
       dispatcher.findSchemaOrThrow("redet::_riroi_align_rotated_multilevel_backward", "")
           .typed<std::vector<at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                          at::ArrayRef<double>, int64_t, int64_t, bool, bool,
                                          c10::SymInt, c10::SymInt, c10::SymIntArrayRef,
-                                         c10::SymIntArrayRef)>();
+                                         c10::SymIntArrayRef, bool)>();
   return op.call(x[0], rois, levels, a.spatial_scales, a.num_samples, a.num_orientations,
-                 a.clockwise, a.legacy, a.batch_size, a.channels, a.heights, a.widths);
+                 a.clockwise, a.legacy, a.batch_size, a.channels, a.heights, a.widths,
+                 a.channels_last);
 }
 
 void save_args(AutogradContext* ctx, const Args& a) {
@@ -81,6 +84,7 @@ void save_args(AutogradContext* ctx, const Args& a) {
   ctx->saved_data["channels"] = a.channels;
   ctx->saved_data["heights"] = c10::SymIntArrayRef(a.heights);
   ctx->saved_data["widths"] = c10::SymIntArrayRef(a.widths);
+  ctx->saved_data["channels_last"] = a.channels_last;
 }
 
 Args saved_args(AutogradContext* ctx) {
@@ -88,7 +92,8 @@ Args saved_args(AutogradContext* ctx) {
   return {d["spatial_scales"].toDoubleVector(), d["out_h"].toSymInt(), d["out_w"].toSymInt(),
           d["num_samples"].toInt(), d["num_orientations"].toInt(), d["clockwise"].toBool(),
           d["legacy"].toBool(), d["batch_size"].toSymInt(), d["channels"].toSymInt(),
-          d["heights"].toSymIntVector(), d["widths"].toSymIntVector()};
+          d["heights"].toSymIntVector(), d["widths"].toSymIntVector(),
+          d["channels_last"].toBool()};
 }
 
 // x: the features (one tensor per level) of the forward, or {grad_output} of a backward op
@@ -110,9 +115,11 @@ class RiRoIAlignRotated : public torch::autograd::Function<RiRoIAlignRotated> {
       args.channels = x[0].sym_size(1);
       args.heights.clear();
       args.widths.clear();
+      args.channels_last = true;
       for (const auto& f : x) {
         args.heights.push_back(f.sym_size(2));
         args.widths.push_back(f.sym_size(3));
+        args.channels_last = args.channels_last && is_channels_last_map(f);
       }
     }
     // The forward of the level gradients needs every level's: autograd gives zeros for a level
@@ -142,11 +149,11 @@ class RiRoIAlignRotated : public torch::autograd::Function<RiRoIAlignRotated> {
 Args make_args(at::ArrayRef<double> spatial_scales, c10::SymInt out_h, c10::SymInt out_w,
                int64_t num_samples, int64_t num_orientations, bool clockwise, bool legacy,
                c10::SymInt batch_size, c10::SymInt channels, std::vector<c10::SymInt> heights,
-               std::vector<c10::SymInt> widths) {
+               std::vector<c10::SymInt> widths, bool channels_last) {
   return {spatial_scales.vec(), std::move(out_h),     std::move(out_w),
           num_samples,          num_orientations,     clockwise,
           legacy,               std::move(batch_size), std::move(channels),
-          std::move(heights),   std::move(widths)};
+          std::move(heights),   std::move(widths),    channels_last};
 }
 
 }  // namespace
@@ -159,7 +166,7 @@ at::Tensor riroi_align_rotated_forward_autograd(const at::Tensor& input, const a
                                                 int64_t num_orientations, bool clockwise,
                                                 bool legacy) {
   auto args = make_args({spatial_scale}, std::move(out_h), std::move(out_w), num_samples,
-                        num_orientations, clockwise, legacy, 0, 0, {}, {});
+                        num_orientations, clockwise, legacy, 0, 0, {}, {}, false);
   return RiRoIAlignRotated::apply(at::TensorList(input), rois, std::nullopt,
                                           std::move(args), false)[0];
 }
@@ -169,10 +176,10 @@ at::Tensor riroi_align_rotated_backward_autograd(const at::Tensor& grad, const a
                                                  int64_t num_orientations, bool clockwise,
                                                  bool legacy, c10::SymInt batch_size,
                                                  c10::SymInt channels, c10::SymInt height,
-                                                 c10::SymInt width) {
+                                                 c10::SymInt width, bool channels_last) {
   auto args = make_args({spatial_scale}, 0, 0, num_samples, num_orientations, clockwise, legacy,
                         std::move(batch_size), std::move(channels), {std::move(height)},
-                        {std::move(width)});
+                        {std::move(width)}, channels_last);
   return RiRoIAlignRotated::apply(at::TensorList(grad), rois, std::nullopt,
                                           std::move(args), true)[0];
 }
@@ -182,7 +189,7 @@ at::Tensor riroi_align_rotated_multilevel_forward_autograd(
     at::ArrayRef<double> spatial_scales, c10::SymInt out_h, c10::SymInt out_w,
     int64_t num_samples, int64_t num_orientations, bool clockwise, bool legacy) {
   auto args = make_args(spatial_scales, std::move(out_h), std::move(out_w), num_samples,
-                        num_orientations, clockwise, legacy, 0, 0, {}, {});
+                        num_orientations, clockwise, legacy, 0, 0, {}, {}, false);
   return RiRoIAlignRotated::apply(features, rois, std::optional<at::Tensor>(levels),
                                           std::move(args), false)[0];
 }
@@ -191,9 +198,10 @@ std::vector<at::Tensor> riroi_align_rotated_multilevel_backward_autograd(
     const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& levels,
     at::ArrayRef<double> spatial_scales, int64_t num_samples, int64_t num_orientations,
     bool clockwise, bool legacy, c10::SymInt batch_size, c10::SymInt channels,
-    c10::SymIntArrayRef heights, c10::SymIntArrayRef widths) {
+    c10::SymIntArrayRef heights, c10::SymIntArrayRef widths, bool channels_last) {
   auto args = make_args(spatial_scales, 0, 0, num_samples, num_orientations, clockwise, legacy,
-                        std::move(batch_size), std::move(channels), heights.vec(), widths.vec());
+                        std::move(batch_size), std::move(channels), heights.vec(), widths.vec(),
+                        channels_last);
   return RiRoIAlignRotated::apply(at::TensorList(grad), rois,
                                           std::optional<at::Tensor>(levels), std::move(args), true);
 }

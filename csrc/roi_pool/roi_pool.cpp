@@ -8,8 +8,10 @@ TORCH_LIBRARY_FRAGMENT(redet, m) {
   // output (K, C, pooled_h, pooled_w) and argmax (int32 flat h * W + w of the max, -1 if empty)
   m.def("roi_pool(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, "
         "SymInt pooled_width) -> (Tensor, Tensor)");
+  // the input's gradient (batch_size, channels, height, width), channels-last in memory when
+  // channels_last (the layout of the forward's input)
   m.def("_roi_pool_backward(Tensor grad_output, Tensor rois, Tensor argmax, SymInt batch_size, "
-        "SymInt channels, SymInt height, SymInt width) -> Tensor");
+        "SymInt channels, SymInt height, SymInt width, bool channels_last=False) -> Tensor");
 }
 
 namespace redet {

@@ -47,19 +47,20 @@ RoIPoolResult roi_pool_forward_cpu(const at::Tensor& input, const at::Tensor& ro
                                    double spatial_scale, int64_t pooled_h, int64_t pooled_w);
 at::Tensor roi_pool_backward_cpu(const at::Tensor& grad, const at::Tensor& rois,
                                  const at::Tensor& argmax, int64_t batch_size, int64_t channels,
-                                 int64_t height, int64_t width);
+                                 int64_t height, int64_t width, bool channels_last);
 
 RoIPoolResult roi_pool_forward_cuda(const at::Tensor& input, const at::Tensor& rois,
                                     double spatial_scale, int64_t pooled_h, int64_t pooled_w);
 at::Tensor roi_pool_backward_cuda(const at::Tensor& grad, const at::Tensor& rois,
                                   const at::Tensor& argmax, int64_t batch_size, int64_t channels,
-                                  int64_t height, int64_t width);
+                                  int64_t height, int64_t width, bool channels_last);
 
 RoIPoolResult roi_pool_forward_autograd(const at::Tensor& input, const at::Tensor& rois,
                                         double spatial_scale, c10::SymInt pooled_h,
                                         c10::SymInt pooled_w);
 at::Tensor roi_pool_backward_autograd(const at::Tensor& grad, const at::Tensor& rois,
                                       const at::Tensor& argmax, c10::SymInt batch_size,
-                                      c10::SymInt channels, c10::SymInt height, c10::SymInt width);
+                                      c10::SymInt channels, c10::SymInt height, c10::SymInt width,
+                                      bool channels_last);
 
 }  // namespace redet

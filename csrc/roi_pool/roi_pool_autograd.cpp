@@ -29,14 +29,14 @@ TensorPair pool(const at::Tensor& input, const at::Tensor& rois, double spatial_
 }
 
 at::Tensor pool_backward(const at::Tensor& grad, const at::Tensor& rois, const at::Tensor& argmax,
-                         c10::SymIntArrayRef input_sizes) {
+                         c10::SymIntArrayRef input_sizes, bool channels_last) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("redet::_roi_pool_backward", "")
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
                                                const at::Tensor&, c10::SymInt, c10::SymInt,
-                                               c10::SymInt, c10::SymInt)>();
+                                               c10::SymInt, c10::SymInt, bool)>();
   return op.call(grad, rois, argmax, input_sizes[0], input_sizes[1], input_sizes[2],
-                 input_sizes[3]);
+                 input_sizes[3], channels_last);
 }
 
 class RoIPool : public torch::autograd::Function<RoIPool> {
@@ -50,6 +50,7 @@ class RoIPool : public torch::autograd::Function<RoIPool> {
     ctx->set_materialize_grads(false);  // no zeros for unused outputs: backward checks defined()
     ctx->save_for_backward({rois, argmax});
     ctx->saved_data["input_sizes"] = input.sym_sizes();
+    ctx->saved_data["channels_last"] = is_channels_last_map(input);
     return {output, argmax};
   }
 
@@ -58,7 +59,8 @@ class RoIPool : public torch::autograd::Function<RoIPool> {
     if (ctx->needs_input_grad(0) && grads[0].defined()) {
       const auto saved = ctx->get_saved_variables();
       grad_input = pool_backward(grads[0], saved[0], saved[1],
-                                 ctx->saved_data["input_sizes"].toSymIntVector());
+                                 ctx->saved_data["input_sizes"].toSymIntVector(),
+                                 ctx->saved_data["channels_last"].toBool());
     }
     return {grad_input, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -90,10 +92,10 @@ class RoIPoolBackward : public torch::autograd::Function<RoIPoolBackward> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& grad,
                                const at::Tensor& rois, const at::Tensor& argmax,
                                c10::SymInt batch_size, c10::SymInt channels, c10::SymInt height,
-                               c10::SymInt width) {
+                               c10::SymInt width, bool channels_last) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     const std::vector<c10::SymInt> sizes{batch_size, channels, height, width};
-    auto grad_input = pool_backward(grad, rois, argmax, sizes);
+    auto grad_input = pool_backward(grad, rois, argmax, sizes, channels_last);
     ctx->set_materialize_grads(false);  // no zeros for unused outputs: backward checks defined()
     ctx->save_for_backward({rois, argmax});
     return {grad_input};
@@ -105,7 +107,7 @@ class RoIPoolBackward : public torch::autograd::Function<RoIPoolBackward> {
       const auto saved = ctx->get_saved_variables();
       grad_grad_output = gather_at_argmax(grads[0], saved[0], saved[1]);
     }
-    variable_list result(7);
+    variable_list result(8);
     result[0] = grad_grad_output;
     return result;
   }
@@ -123,9 +125,10 @@ RoIPoolResult roi_pool_forward_autograd(const at::Tensor& input, const at::Tenso
 
 at::Tensor roi_pool_backward_autograd(const at::Tensor& grad, const at::Tensor& rois,
                                       const at::Tensor& argmax, c10::SymInt batch_size,
-                                      c10::SymInt channels, c10::SymInt height, c10::SymInt width) {
+                                      c10::SymInt channels, c10::SymInt height, c10::SymInt width,
+                                      bool channels_last) {
   return RoIPoolBackward::apply(grad, rois, argmax, std::move(batch_size), std::move(channels),
-                                std::move(height), std::move(width))[0];
+                                std::move(height), std::move(width), channels_last)[0];
 }
 
 }  // namespace redet

@@ -54,6 +54,14 @@ def require_one_device(op: str, **tensors: torch.Tensor) -> None:
                              f"({first.device}), got {tensor.device}")
 
 
+def empty_gradient(like: torch.Tensor, shape, channels_last: bool) -> torch.Tensor:
+    """For the backward ops' fake kernels: an input gradient of `shape` with like's dtype and
+    device, in the layout the kernels write (channels-last when asked)."""
+    return torch.empty(shape, dtype=like.dtype, device=like.device,
+                       memory_format=torch.channels_last if channels_last
+                       else torch.contiguous_format)
+
+
 def rois_with_batch_index(rois: Union[torch.Tensor, List[torch.Tensor]], box_dim: int,
                           op: str) -> torch.Tensor:
     """A (K, 1 + box_dim) tensor passes through (the op checks it); a list of per-image

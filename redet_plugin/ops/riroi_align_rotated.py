@@ -17,8 +17,10 @@ each field's channels by one), rotating the image about a RoI's centre leaves th
 unchanged when clockwise=True and the RoI's angle turns by -2pi/nO (tested in
 tests/test_ops/test_riroi_align_rotated.py).
 
-The gradient flows to the features only; under torch.use_deterministic_algorithms(True) the CUDA
-backward is bitwise repeatable (the CPU backward always is).
+The gradient flows to the features only, in their layout (channels-last when every level is, so
+the convolutions that made them take it without a conversion); under
+torch.use_deterministic_algorithms(True) the CUDA backward is bitwise repeatable (the CPU backward
+always is).
 
 Bad input raises a RuntimeError naming the argument. Shapes, dtypes and options are checked before
 anything runs. The values of rois (finite, integer batch index in [0, N); multi-level: level in
@@ -33,8 +35,8 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import (as_float, as_int, output_size_pair, require_one_device, require_tensors,
-                      rois_with_batch_index)
+from ._common import (as_float, as_int, empty_gradient, output_size_pair, require_one_device,
+                      require_tensors, rois_with_batch_index)
 
 OP = "riroi_align_rotated"
 MULTI_OP = "riroi_align_rotated_multilevel"
@@ -50,9 +52,10 @@ if _ext.is_loaded():
 
     @torch.library.register_fake("redet::_riroi_align_rotated_backward")
     def _backward_fake(grad, rois, spatial_scale, num_samples, num_orientations, clockwise,
-                       legacy_orientation, batch_size, channels, height, width):
+                       legacy_orientation, batch_size, channels, height, width,
+                       channels_last=False):
         require_one_device("_riroi_align_rotated_backward", grad_output=grad, rois=rois)
-        return grad.new_empty((batch_size, channels, height, width))
+        return empty_gradient(grad, (batch_size, channels, height, width), channels_last)
 
     @torch.library.register_fake("redet::riroi_align_rotated_multilevel")
     def _multilevel_fake(features, rois, levels, spatial_scales, output_height, output_width,
@@ -68,10 +71,11 @@ if _ext.is_loaded():
     @torch.library.register_fake("redet::_riroi_align_rotated_multilevel_backward")
     def _multilevel_backward_fake(grad, rois, levels, spatial_scales, num_samples,
                                   num_orientations, clockwise, legacy_orientation, batch_size,
-                                  channels, heights, widths):
+                                  channels, heights, widths, channels_last=False):
         require_one_device("_riroi_align_rotated_multilevel_backward", grad_output=grad,
                            rois=rois, levels=levels)
-        return [grad.new_empty((batch_size, channels, h, w)) for h, w in zip(heights, widths)]
+        return [empty_gradient(grad, (batch_size, channels, h, w), channels_last)
+                for h, w in zip(heights, widths)]
 
     # Autograd (double backward included), in C++ so that a call costs no Python round trip:
     # csrc/riroi_align_rotated/riroi_align_rotated_autograd.cpp.

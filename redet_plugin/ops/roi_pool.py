@@ -10,6 +10,8 @@ before computing; on CUDA after the kernel is enqueued (the GPU never waits for 
 kernel skips bad rows), and not at all while a CUDA graph is captured, where a bad row pools zeros
 (argmax -1) and passes no gradient (README: "Bad input, host waits and CUDA graphs").
 
+The input's gradient has the input's layout: channels-last for a channels-last map, so the
+convolution that made the map takes it without a conversion.
 The CUDA backward sums float16/bfloat16 gradients in 16 bits with atomics (as torchvision does);
 under torch.use_deterministic_algorithms(True) it sums exactly (64-bit fixed point), like the CPU.
 """
@@ -19,8 +21,8 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import (as_float, output_size_pair, require_one_device, require_tensors,
-                      rois_with_batch_index)
+from ._common import (as_float, empty_gradient, output_size_pair, require_one_device,
+                      require_tensors, rois_with_batch_index)
 
 OP = "roi_pool"
 
@@ -33,9 +35,10 @@ if _ext.is_loaded():
         return input.new_empty(shape), input.new_empty(shape, dtype=torch.int32)
 
     @torch.library.register_fake("redet::_roi_pool_backward")
-    def _roi_pool_backward_fake(grad, rois, argmax, batch_size, channels, height, width):
+    def _roi_pool_backward_fake(grad, rois, argmax, batch_size, channels, height, width,
+                                channels_last=False):
         require_one_device("_roi_pool_backward", grad_output=grad, rois=rois, argmax=argmax)
-        return grad.new_empty((batch_size, channels, height, width))
+        return empty_gradient(grad, (batch_size, channels, height, width), channels_last)
 
     # Autograd (double backward included): csrc/roi_pool/roi_pool_autograd.cpp (in C++, so a call
     # costs no Python round trip).

@@ -3,8 +3,9 @@ edge cases. Forward: the channels-last kernel (fixed 2 x 2 grid and any grid; NC
 channels-last input; chunks that fill a warp, leave lanes idle, or end part-way; the fixed grid's
 bin parts per warp and passes of 8 bins that end with one bin) and the NCHW
 kernel of nO > 32; fast and deterministic backward: the channels-last scatter (both grids, grad
-tiles of 32 bins with a partial last tile, idle lanes) with its channels-last -> NCHW conversion,
-and the one-thread-per-input scatter of nO > 32; multi-level with mixed layouts. Bad RoI rows (NaN/inf, bad
+tiles of 32 bins with a partial last tile, idle lanes) with its channels-last -> NCHW conversion
+(NCHW input) or its flat conversion (channels-last input), and the one-thread-per-input scatter of
+nO > 32; multi-level with mixed layouts. Bad RoI rows (NaN/inf, bad
 batch index or level) reach the kernels in eager calls (the check raises after them) and in replays
 of captured CUDA graphs (nothing checks: the kernels write zeros / skip the row).
 Usage (repo root):

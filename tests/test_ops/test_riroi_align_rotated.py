@@ -180,6 +180,38 @@ def test_multilevel_gradcheck_opcheck_and_compile():
     compiled(*features).sum().backward()
 
 
+def test_channels_last_features_get_channels_last_gradients():
+    """Every level's gradient has the features' layout (the convolutions that made channels-last
+    maps take it without a conversion) and the NCHW features' values, single- and multi-level,
+    double backward included; the fake kernels give the same strides. Levels of mixed layouts get
+    NCHW gradients."""
+    g = torch.Generator().manual_seed(18)
+    features = [torch.randn(2, 8, h, w, generator=g, dtype=torch.float64)
+                for h, w in [(6, 5), (3, 3)]]
+    scales, rois, levels = [1 / 4, 1 / 8], riroi_rois(6, 2, 6, 1 / 4, g), torch.tensor([0, 1] * 3)
+    grad = torch.randn(6, 8, 2, 2, dtype=torch.float64)
+    single = lambda x: riroi_call(x, rois, (2, 2), scales[0], nO=4)  # noqa: E731
+    multi = lambda *fs: riroi_align_rotated_multilevel(list(fs), rois, levels, scales, 2, 2, 4)  # noqa: E731
+    expected = None
+    for fmts in ([torch.contiguous_format] * 2, [torch.channels_last] * 2,
+                 [torch.channels_last, torch.contiguous_format]):
+        xs = [f.contiguous(memory_format=fmt).requires_grad_(True) for f, fmt in zip(features, fmts)]
+        got = torch.autograd.grad(multi(*xs), xs, grad)
+        got_single, = torch.autograd.grad(single(xs[0]), xs[0], grad)
+        wanted = fmts[0] if fmts[0] == fmts[1] else torch.contiguous_format
+        assert all(t.is_contiguous(memory_format=wanted) for t in got)
+        assert got_single.is_contiguous(memory_format=fmts[0])
+        expected = expected or (got, got_single)
+        assert all(torch.equal(a, b) for a, b in zip(got + (got_single,), expected[0] + expected[1:]))
+        assert torch.autograd.gradgradcheck(multi, tuple(xs))
+    for channels_last in (False, True):
+        torch.library.opcheck(torch.ops.redet._riroi_align_rotated_multilevel_backward.default,
+                              (grad, rois, levels, scales, 2, 4, False, False, 2, 8, [6, 3], [5, 3],
+                               channels_last))
+        torch.library.opcheck(torch.ops.redet._riroi_align_rotated_backward.default,
+                              (grad, rois, scales[0], 2, 4, False, False, 2, 8, 6, 5, channels_last))
+
+
 # ------------------------------- determinism, registration, compile -------------------------------
 def test_cpu_backward_is_bitwise_identical_across_runs_and_thread_counts():
     x, rois = riroi_case(15, dtype=torch.float32, fields=4, h=20, w=20, k=60)

@@ -198,9 +198,10 @@ def test_cuda_channels_last_gradient_equals_nchw_gradient():
     a = x.cuda().clone().requires_grad_(True)
     b = channels_last(x.cuda()).detach().requires_grad_(True)
     grad = torch.randn(20, 66, 3, 4, device="cuda")
-    riroi_call(a, rois.cuda(), nO=6).backward(grad)
-    riroi_call(b, rois.cuda(), nO=6).backward(grad)
-    torch.testing.assert_close(b.grad, a.grad, rtol=1e-6, atol=1e-6)  # float atomics' order
+    grad_a, = torch.autograd.grad(riroi_call(a, rois.cuda(), nO=6), a, grad)
+    grad_b, = torch.autograd.grad(riroi_call(b, rois.cuda(), nO=6), b, grad)
+    assert grad_a.is_contiguous() and grad_b.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(grad_b, grad_a, rtol=1e-6, atol=1e-6)  # float atomics' order
 
 
 @pytest.mark.cuda

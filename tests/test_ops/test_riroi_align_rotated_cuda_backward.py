@@ -56,15 +56,19 @@ def test_cuda_multilevel_backward_matches_cpu(dtype, nO, fields):
     heights, widths, scales = [24, 12, 6, 1], [20, 10, 5, 1], [1 / 4, 1 / 8, 1 / 16, 1 / 32]
     rois = riroi_rois(40, 2, 24, 1 / 4, g, dtype)
     levels = torch.tensor([0, 1, 3] * 13 + [0])  # level 2 gets no RoI
-    for num_samples, deterministic in ((2, False), (0, True), (2, True), (3, False)):
+    cases = [(2, False, False), (0, True, False), (2, True, False), (3, False, False),
+             (2, False, True), (2, True, True), (3, False, True)]
+    for num_samples, deterministic, channels_last in cases:
         grad = torch.randn(40, fields * nO, 7, 7, generator=g, dtype=torch.float64).to(dtype)
-        args = (scales, num_samples, nO, True, False, 2, fields * nO, heights, widths)
+        args = (scales, num_samples, nO, True, False, 2, fields * nO, heights, widths, channels_last)
         expected = torch.ops.redet._riroi_align_rotated_multilevel_backward(grad, rois, levels, *args)
         with deterministic_mode() if deterministic else contextlib.nullcontext():
             got = torch.ops.redet._riroi_align_rotated_multilevel_backward(
                 grad.cuda(), rois.cuda(), levels.cuda(), *args)
+        layout = torch.channels_last if channels_last else torch.contiguous_format
         for level, (a, b) in enumerate(zip(got, expected)):
             assert a.shape == b.shape == (2, fields * nO, heights[level], widths[level])
+            assert a.is_contiguous(memory_format=layout) and b.is_contiguous(memory_format=layout)
             assert_backward_close(a, b, dtype)
         assert torch.equal(got[2], torch.zeros_like(got[2]))
         assert got[3].abs().sum() > 0  # the 1 x 1 level did receive gradient

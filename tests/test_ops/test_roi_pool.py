@@ -114,6 +114,25 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.redet._roi_pool_backward.default, (grad, rois, arg, *x.shape))
 
 
+def test_channels_last_input_gets_a_channels_last_gradient():
+    """The input's gradient has the input's layout (the convolution that made a channels-last map
+    takes it without a conversion) and the NCHW input's values, through autograd (double backward
+    included) and through the raw backward op; the fake kernel gives the same strides."""
+    x, rois = roi_pool_case(9, torch.float64, c=4, h=9, w=11, k=7)
+    grad = torch.randn(7, 4, 3, 2, dtype=torch.float64)
+    grads = {}
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        xl = x.contiguous(memory_format=fmt).requires_grad_(True)
+        grads[fmt], = torch.autograd.grad(roi_pool(xl, rois, (3, 2), 0.5), xl, grad)
+        assert grads[fmt].is_contiguous(memory_format=fmt)
+        assert torch.autograd.gradgradcheck(lambda inp: roi_pool(inp, rois, (3, 2), 0.5), (xl,))
+    assert torch.equal(grads[torch.channels_last], grads[torch.contiguous_format])
+    _, arg = torch.ops.redet.roi_pool(x, rois, 0.5, 3, 2)
+    for channels_last in (False, True):
+        torch.library.opcheck(torch.ops.redet._roi_pool_backward.default,
+                              (grad, rois, arg, *x.shape, channels_last))
+
+
 def test_torch_compile_fullgraph():
     x, rois = roi_pool_case(8)
     compiled = torch.compile(lambda a, b: roi_pool(a, b, 3, 0.5) * 2, fullgraph=True, backend="eager")

@@ -1,6 +1,8 @@
 """RoIPool on CUDA (run on the GPU machine): bitwise equal to the CPU kernel and to torchvision's,
 16-bit atomic sums within their bound, deterministic backward, errors raised after the kernel
 ran, and the channels-last gather's two paths on every input layout."""
+import contextlib
+
 import pytest
 import torch
 
@@ -238,15 +240,23 @@ def test_cuda_large_channel_count_identical_to_torchvision():
 
 
 @pytest.mark.cuda
-def test_cuda_channels_last_input_backward_matches_nchw():
-    x, rois = roi_pool_case(32, c=40, h=20, w=21, k=30)
-    grads = []
-    for xl in (x.cuda(), x.cuda().contiguous(memory_format=torch.channels_last)):
-        xl = xl.detach().requires_grad_(True)
-        with deterministic_mode():
-            roi_pool(xl, rois.cuda(), 7, 0.5).backward(torch.ones(30, 40, 7, 7, device="cuda"))
-        grads.append(xl.grad)
-    assert torch.equal(grads[0], grads[1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_cuda_channels_last_input_gets_the_nchw_gradient_in_its_layout(dtype, deterministic):
+    """Ones as grad_output: every pixel's gradient is a count of bins, exact in any summation
+    order, so the two layouts (and the CPU) agree bitwise."""
+    x, rois = roi_pool_case(32, dtype, c=40, h=20, w=21, k=30)
+    grads = {}
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        xl = x.cuda().contiguous(memory_format=fmt).requires_grad_(True)
+        with deterministic_mode() if deterministic else contextlib.nullcontext():
+            out = roi_pool(xl, rois.cuda(), 7, 0.5)
+            grads[fmt], = torch.autograd.grad(out, xl, torch.ones_like(out))
+        assert grads[fmt].is_contiguous(memory_format=fmt)
+    expected, = torch.autograd.grad(roi_pool(x.requires_grad_(True), rois, 7, 0.5), x,
+                                    torch.ones(30, 40, 7, 7, dtype=dtype))
+    assert torch.equal(grads[torch.contiguous_format].cpu(), expected)
+    assert torch.equal(grads[torch.channels_last].cpu(), expected)
 
 
 @pytest.mark.cuda

@@ -158,7 +158,7 @@ at::Tensor riroi_align_rotated_forward_cpu(at::TensorList features_, const at::T
 std::vector<at::Tensor> riroi_align_rotated_backward_cpu(
     const at::Tensor& grad_, const at::Tensor& rois_, const at::Tensor& levels_,
     at::ArrayRef<double> scales, const RiRoIOptions& opt, int64_t batch_size, int64_t channels,
-    at::IntArrayRef heights, at::IntArrayRef widths, const char* op) {
+    at::IntArrayRef heights, at::IntArrayRef widths, bool channels_last, const char* op) {
   check_riroi_backward(grad_, rois_, levels_, scales, opt, batch_size, channels, heights, widths,
                        op);
   const auto grad = grad_.contiguous();
@@ -181,9 +181,8 @@ std::vector<at::Tensor> riroi_align_rotated_backward_cpu(
                                 planes);
     });
   }
-  for (auto& a : acc) {
-    if (a.scalar_type() != grad.scalar_type()) a = a.to(grad.scalar_type());
-  }
+  // The sums run over NCHW planes; each gradient takes the dtype and layout asked for in one pass.
+  for (auto& a : acc) a = a.to(grad.scalar_type(), false, false, gradient_format(channels_last));
   return acc;
 }
 

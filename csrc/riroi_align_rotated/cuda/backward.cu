@@ -15,7 +15,8 @@
 // the taps of 8 bins at once, shared through shared memory, as in the forward), the reads are
 // coalesced, and a float request is one 128-byte line. Then one tiled transpose per level
 // (channels_last_to_nchw, common/cuda/channels_last.cuh) turns the scratch into the level's (N, C,
-// H, W) gradient, converting to its dtype on the way. nO > 32 (a group wider than a warp): one
+// H, W) gradient, converting to its dtype on the way; when the features are channels-last the
+// scratch is already the gradients' layout and at most one flat conversion remains. nO > 32 (a group wider than a warp): one
 // thread per (group, RoI, bin, j), scattering into a scratch [level][n][group][pixel][j] (nO
 // adjacent words per bin).
 // Fast path: float atomics (double for double). Deterministic mode: the same mappings with 64-bit
@@ -385,7 +386,7 @@ struct BackwardLaunch {
 std::vector<at::Tensor> riroi_align_rotated_backward_cuda(
     const at::Tensor& grad_, const at::Tensor& rois_, const at::Tensor& levels_,
     at::ArrayRef<double> scales, const RiRoIOptions& opt, int64_t batch_size, int64_t channels,
-    at::IntArrayRef heights, at::IntArrayRef widths, const char* op) {
+    at::IntArrayRef heights, at::IntArrayRef widths, bool channels_last, const char* op) {
   check_riroi_backward(grad_, rois_, levels_, scales, opt, batch_size, channels, heights, widths,
                        op);
   const size_t num_levels = heights.size();
@@ -393,19 +394,29 @@ std::vector<at::Tensor> riroi_align_rotated_backward_cuda(
   const auto grad = grad_.contiguous();  // the peer reads a non-contiguous grad wrongly
   const auto rois = rois_.contiguous();
   const auto levels = levels_.defined() ? levels_.contiguous() : levels_;
-  std::vector<at::Tensor> gradients;
-  for (size_t l = 0; l < num_levels; ++l) {
-    gradients.push_back(at::empty({batch_size, channels, heights[l], widths[l]}, grad.options()));
-  }
   if (grad.numel() == 0) {
-    for (auto& g : gradients) g.zero_();
-    return gradients;
+    std::vector<at::Tensor> zeros;
+    for (size_t l = 0; l < num_levels; ++l) {
+      zeros.push_back(at::zeros({batch_size, channels, heights[l], widths[l]},
+                                grad.options().memory_format(gradient_format(channels_last))));
+    }
+    return zeros;
   }
+  // Channels-last gradients asked for and the channels-last scatter (nO <= 32): its scratch
+  // [level][n][pixel][C] already is their layout, so they are views of it (float / double sums)
+  // or of its conversion to their dtype in one pass; no transpose.
+  const bool scratch_is_result = channels_last && opt.num_orientations <= kWarp;
   const bool deterministic = at::globalContext().deterministicAlgorithms();
   const auto acc_dtype = grad.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const int64_t* roi_levels = levels.defined() ? levels.data_ptr<int64_t>() : nullptr;
   const auto kopt = kernel_options(opt);
   auto stream = c10::cuda::getCurrentCUDAStream();
+  std::vector<at::Tensor> gradients;
+  if (!scratch_is_result) {
+    for (size_t l = 0; l < num_levels; ++l) {
+      gradients.push_back(at::empty({batch_size, channels, heights[l], widths[l]}, grad.options()));
+    }
+  }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(),
                                   "riroi_align_rotated_backward_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -416,24 +427,48 @@ std::vector<at::Tensor> riroi_align_rotated_backward_cuda(
       layout.height[l] = static_cast<int>(heights[l]);
       layout.width[l] = static_cast<int>(widths[l]);
       layout.spatial_scale[l] = static_cast<acc_t>(scales[l]);
-      layout.word_offset[l + 1] = layout.word_offset[l] + gradients[l].numel();
-      outputs.data[l] = gradients[l].data_ptr<scalar_t>();
+      layout.word_offset[l + 1] = layout.word_offset[l] + batch_size * channels * heights[l] * widths[l];
+      if (!scratch_is_result) outputs.data[l] = gradients[l].data_ptr<scalar_t>();
     }
+    const int64_t words = layout.word_offset[num_levels];
     const BackwardLaunch<scalar_t> launch{grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(),
                                           roi_levels, rois.size(0), channels, batch_size,
                                           layout, kopt, stream};
-    if (deterministic) {
-      auto scratch = at::zeros({layout.word_offset[num_levels]}, grad.options().dtype(at::kLong));
+    if (scratch_is_result) {
+      at::Tensor sums;
+      if (deterministic) {
+        auto scratch = at::zeros({words}, grad.options().dtype(at::kLong));
+        auto bound = grad.abs().sum(at::kDouble);
+        launch.template scatter_channels_last<true>(
+            reinterpret_cast<long long*>(scratch.data_ptr<int64_t>()), bound.data_ptr<double>());
+        sums = at::empty({words}, grad.options());
+        fixed_point_to_tensor(scratch, bound, sums);
+      } else {
+        auto scratch = at::zeros({words}, grad.options().dtype(acc_dtype));
+        launch.template scatter_channels_last<false>(scratch.data_ptr<acc_t>(), nullptr);
+        sums = scratch.to(grad.scalar_type());  // itself for float and double
+      }
+      for (size_t l = 0; l < num_levels; ++l) {
+        gradients.push_back(sums.narrow(0, layout.word_offset[l], layout.word_offset[l + 1] -
+                                                                      layout.word_offset[l])
+                                .view({batch_size, heights[l], widths[l], channels})
+                                .permute({0, 3, 1, 2}));
+      }
+    } else if (deterministic) {
+      auto scratch = at::zeros({words}, grad.options().dtype(at::kLong));
       auto bound = grad.abs().sum(at::kDouble);
       const double* bound_data = bound.data_ptr<double>();
       launch.template run<true>(reinterpret_cast<long long*>(scratch.data_ptr<int64_t>()),
                                 bound_data, gradients, outputs, FixedPointTo<scalar_t>{bound_data});
     } else {
-      auto scratch = at::zeros({layout.word_offset[num_levels]}, grad.options().dtype(acc_dtype));
+      auto scratch = at::zeros({words}, grad.options().dtype(acc_dtype));
       launch.template run<false>(scratch.data_ptr<acc_t>(), nullptr, gradients, outputs,
                                  CastTo<scalar_t>{});
     }
   });
+  if (channels_last && !scratch_is_result) {  // nO > 32: the scratch is grouped by field
+    for (auto& g : gradients) g = g.contiguous(at::MemoryFormat::ChannelsLast);
+  }
   return gradients;
 }
 

@@ -52,7 +52,7 @@ RoIPoolResult roi_pool_forward_cpu(const at::Tensor& input_, const at::Tensor& r
 
 at::Tensor roi_pool_backward_cpu(const at::Tensor& grad_, const at::Tensor& rois_,
                                  const at::Tensor& argmax_, int64_t batch_size, int64_t channels,
-                                 int64_t height, int64_t width) {
+                                 int64_t height, int64_t width, bool channels_last) {
   check_roi_pool_backward(grad_, rois_, argmax_, batch_size, channels, height, width);
   const auto grad = grad_.contiguous();
   const auto rois = rois_.contiguous();
@@ -61,7 +61,11 @@ at::Tensor roi_pool_backward_cpu(const at::Tensor& grad_, const at::Tensor& rois
   const auto acc_dtype = grad.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   auto grad_input = at::zeros({batch_size, channels, height, width}, grad.options().dtype(acc_dtype));
   const int64_t num_rois = rois.size(0), bins = grad.numel() / std::max<int64_t>(1, num_rois * channels);
-  if (grad.numel() == 0) return grad_input.to(grad.scalar_type());
+  // The sums run over NCHW planes; the result takes the dtype and layout asked for in one pass.
+  const auto result = [&] {
+    return grad_input.to(grad.scalar_type(), false, false, gradient_format(channels_last));
+  };
+  if (grad.numel() == 0) return result();
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "roi_pool_backward_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
@@ -84,7 +88,7 @@ at::Tensor roi_pool_backward_cpu(const at::Tensor& grad_, const at::Tensor& rois
       }
     });
   });
-  return grad_input.to(grad.scalar_type());
+  return result();
 }
 
 }  // namespace redet

@@ -1,6 +1,7 @@
 // RoIPool's backward on CUDA: every output gradient is added onto its argmax pixel of its RoI's
 // image (one thread per output bin); a bin with argmax -1 or a RoI row that breaks the rules of
-// common/roi_rows.h passes no gradient.
+// common/roi_rows.h passes no gradient. The input's gradient is written in the layout asked for
+// (NCHW or channels-last): the flat argmax h * W + w addresses either through a pixel stride.
 #include <ATen/OpMathType.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -67,7 +68,8 @@ __global__ void roi_pool_backward_kernel(const scalar_t* __restrict__ grad,
                                          const scalar_t* __restrict__ rois,
                                          const int* __restrict__ argmax, int64_t num_rois,
                                          int64_t batch_size, int64_t channels, int64_t plane_size,
-                                         int64_t bins, Add add) {
+                                         int64_t bins, int64_t channel_stride,
+                                         int64_t pixel_stride, Add add) {
   add.prepare();
   const int64_t total = channels * num_rois * bins;
   REDET_CUDA_GRID_STRIDE(i, total) {
@@ -81,7 +83,8 @@ __global__ void roi_pool_backward_kernel(const scalar_t* __restrict__ grad,
     int64_t n;
     if (index < 0 || index >= plane_size) continue;
     if (!roi_row_image(rois + k * 5, 5, batch_size, 0, 1, &n)) continue;
-    add((n * channels + c) * plane_size + index, static_cast<at::opmath_type<scalar_t>>(grad[o]));
+    add(n * channels * plane_size + c * channel_stride + index * pixel_stride,
+        static_cast<at::opmath_type<scalar_t>>(grad[o]));
   }
 }
 
@@ -89,7 +92,7 @@ __global__ void roi_pool_backward_kernel(const scalar_t* __restrict__ grad,
 
 at::Tensor roi_pool_backward_cuda(const at::Tensor& grad_, const at::Tensor& rois_,
                                   const at::Tensor& argmax_, int64_t batch_size, int64_t channels,
-                                  int64_t height, int64_t width) {
+                                  int64_t height, int64_t width, bool channels_last) {
   check_roi_pool_backward(grad_, rois_, argmax_, batch_size, channels, height, width);
   c10::cuda::CUDAGuard guard(grad_.device());
   const auto grad = grad_.contiguous();  // the peers read a non-contiguous grad wrongly
@@ -98,31 +101,35 @@ at::Tensor roi_pool_backward_cuda(const at::Tensor& grad_, const at::Tensor& roi
   const int64_t num_rois = rois.size(0);
   const int64_t bins = num_rois * channels == 0 ? 0 : grad.numel() / (num_rois * channels);
   const int64_t total = grad.numel(), plane = height * width;
+  const int64_t channel_stride = channels_last ? 1 : plane, pixel_stride = channels_last ? channels : 1;
+  const auto format = gradient_format(channels_last);
   auto stream = c10::cuda::getCurrentCUDAStream();
   if (at::globalContext().deterministicAlgorithms()) {
-    auto fixed = at::zeros({batch_size, channels, height, width}, grad.options().dtype(at::kLong));
+    // fixed and grad_input share one layout: the conversion between them is elementwise
+    auto fixed = at::zeros({batch_size, channels, height, width},
+                           grad.options().dtype(at::kLong).memory_format(format));
     auto bound = grad.abs().sum(at::kDouble);
-    auto grad_input = at::empty({batch_size, channels, height, width}, grad.options());
+    auto grad_input = at::empty({batch_size, channels, height, width}, grad.options().memory_format(format));
     if (total > 0) {
       AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "roi_pool_backward_det", [&] {
         const FixedPointAdd add{reinterpret_cast<long long*>(fixed.data_ptr<int64_t>()),
                                 bound.data_ptr<double>()};
         roi_pool_backward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
             grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), argmax.data_ptr<int>(), num_rois,
-            batch_size, channels, plane, bins, add);
+            batch_size, channels, plane, bins, channel_stride, pixel_stride, add);
       });
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
     fixed_point_to_tensor(fixed, bound, grad_input);
     return grad_input;
   }
-  auto grad_input = at::zeros({batch_size, channels, height, width}, grad.options());
+  auto grad_input = at::zeros({batch_size, channels, height, width}, grad.options().memory_format(format));
   if (total > 0) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "roi_pool_backward_cuda", [&] {
       const AtomicAdd<scalar_t> add{grad_input.data_ptr<scalar_t>(), grad_input.numel()};
       roi_pool_backward_kernel<scalar_t><<<blocks_for(total), kThreads, 0, stream>>>(
           grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), argmax.data_ptr<int>(), num_rois,
-          batch_size, channels, plane, bins, add);
+          batch_size, channels, plane, bins, channel_stride, pixel_stride, add);
     });
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
