@@ -276,10 +276,6 @@ def test_channels_last_gives_the_nchw_losses_gradients_and_detections():
         torch.testing.assert_close(b.pred_instances.scores, a.pred_instances.scores)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "not yet: our RoI ops' backward gives NCHW gradients of the neck's maps (added to the RPN's "
-    "channels-last ones, then converted by each FPN convolution's backward), and the RPN head's "
-    "level flattening gives its convolutions strided gradients"))
 def test_a_channels_last_training_step_converts_only_the_images():
     """With channels_last=True the images are converted once; no other op of the training step,
     forward or backward, reads or writes feature maps of two layouts."""

@@ -186,6 +186,24 @@ def test_loss_and_proposals_read_no_value_back():
                                cfg=proposal_cfg())
 
 
+def test_channels_last_maps_get_channels_last_gradients():
+    """On channels-last features no op of the head's loss step, forward or backward, mixes
+    layouts: the loss's level flattening gives each score and delta map a channels-last
+    gradient, which the convolutions' backward takes as it is."""
+    from redet_plugin.testing import record_layout_mixes
+    ours, _ = head_pair()
+    g = torch.Generator().manual_seed(0)
+    feats = [torch.randn(2, 8, PAD // s, PAD // s, generator=g)
+             .contiguous(memory_format=torch.channels_last).requires_grad_() for s in STRIDES]
+    gts, metas = ground_truth(0, (9, 3)), image_metas()
+
+    def step():
+        losses = ours.loss_by_feat(*ours(feats), gts, metas)
+        sum(losses.values()).backward()
+    assert record_layout_mixes(step, batch_size=2) == []
+    assert all(f.grad.is_contiguous(memory_format=torch.channels_last) for f in feats)
+
+
 @pytest.mark.cuda
 def test_cuda_loss_and_proposals_wait_for_nothing_and_match_the_cpu():
     ours, _ = head_pair()

@@ -74,22 +74,25 @@ class RPNHead(MMDetRPNHead):
                      batch_gt_instances: List[InstanceData], batch_img_metas: List[dict],
                      batch_gt_instances_ignore=None) -> dict:
         featmap_sizes = [score.shape[-2:] for score in cls_scores]
-        anchors = torch.cat(self.anchors(featmap_sizes, torch.float32, cls_scores[0].device))
+        level_anchors = self.anchors(featmap_sizes, torch.float32, cls_scores[0].device)
+        level_sizes = [level.shape[0] for level in level_anchors]
+        anchors = torch.cat(level_anchors)
         if batch_gt_instances_ignore is None:
             batch_gt_instances_ignore = [None] * len(batch_img_metas)
         targets = [self._targets_single(anchors, featmap_sizes, gt, meta, ignore)
                    for gt, meta, ignore in zip(batch_gt_instances, batch_img_metas,
                                                batch_gt_instances_ignore)]
-        labels, label_weights, bbox_targets, bbox_weights, avg_factors = (
-            torch.cat(parts) for parts in zip(*targets))
-        avg_factor = avg_factors.sum()
-        cls_score = _flatten_levels(cls_scores, self.cls_out_channels)
+        *per_image_targets, avg_factors = zip(*targets)
+        labels, label_weights, bbox_targets, bbox_weights = (
+            _level_major_rows(parts, level_sizes) for parts in per_image_targets)
+        avg_factor = torch.cat(avg_factors).sum()
+        cls_score = _flatten_levels_level_major(cls_scores, self.cls_out_channels)
         if self.use_sigmoid_cls:  # one-hot: mmdet's loss expands (N,) labels with a host wait
             classes = torch.arange(self.cls_out_channels, device=labels.device)
             labels = (labels[:, None] == classes).long()
             label_weights = label_weights[:, None].expand_as(labels)
         loss_cls = self.loss_cls(cls_score, labels, label_weights, avg_factor=avg_factor)
-        bbox_pred = _flatten_levels(bbox_preds, self.bbox_coder.encode_size)
+        bbox_pred = _flatten_levels_level_major(bbox_preds, self.bbox_coder.encode_size)
         loss_bbox = self.loss_bbox(bbox_pred, bbox_targets, bbox_weights, avg_factor=avg_factor)
         return dict(loss_rpn_cls=loss_cls, loss_rpn_bbox=loss_bbox)
 
@@ -208,11 +211,28 @@ class RPNHead(MMDetRPNHead):
         return results
 
 
-def _flatten_levels(maps: List[Tensor], channels: int, num_imgs: Optional[int] = None) -> Tensor:
-    """(B, A * channels, H, W) maps -> (B, sum A H W, channels), or (sum B A H W, channels)
-    when num_imgs is None: mmdet's (h, w, anchor) order within each level."""
-    flat = torch.cat([m.permute(0, 2, 3, 1).reshape(m.shape[0], -1, channels) for m in maps], 1)
-    return flat if num_imgs is not None else flat.reshape(-1, channels)
+def _flatten_levels(maps: List[Tensor], channels: int, num_imgs: int) -> Tensor:
+    """(B, A * channels, H, W) maps -> (B, sum A H W, channels): per image, mmdet's
+    (level, h, w, anchor) order."""
+    return torch.cat([m.permute(0, 2, 3, 1).reshape(num_imgs, -1, channels) for m in maps], 1)
+
+
+def _flatten_levels_level_major(maps: List[Tensor], channels: int) -> Tensor:
+    """(B, A * channels, H, W) maps -> (sum B H W A, channels) in (level, image, h, w, anchor)
+    order, for the loss. Level-major because then each map's gradient comes back as one
+    contiguous slice: for a channels-last map, a channels-last-contiguous gradient, which the
+    convolution's backward takes as it is (an image-major cat would give it a strided slice
+    to convert)."""
+    return torch.cat([m.permute(0, 2, 3, 1).reshape(-1, channels) for m in maps])
+
+
+def _level_major_rows(per_image: Sequence[Tensor], level_sizes: Sequence[int]) -> Tensor:
+    """Per-image rows over all anchors, each in (level, h, w, anchor) order -> one tensor in
+    (level, image, h, w, anchor) order, the rows of _flatten_levels_level_major. One cat of
+    views; the level sizes are Python ints, so nothing waits for the GPU."""
+    per_image_levels = [rows.split(level_sizes) for rows in per_image]
+    return torch.cat([image_levels[level] for level in range(len(level_sizes))
+                      for image_levels in per_image_levels])
 
 
 def _clip_and_rescale(boxes: Tensor, img_meta: dict, clip: bool, rescale: bool) -> Tensor:
