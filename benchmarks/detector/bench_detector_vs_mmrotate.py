@@ -99,7 +99,8 @@ def parse_args(argv=None):
     p.add_argument('--log-interval', type=int, default=10)
     p.add_argument('--skip', type=int, default=20, help='warm-up iterations left out of s/iter')
     p.add_argument('--lr-warmup', type=int, default=50, help='linear lr warm-up iterations')
-    p.add_argument('--workers', type=int, default=4, help='data loader workers per process')
+    p.add_argument('--workers', type=int, default=8,
+                   help="data loader workers per process (the configs' count)")
     p.add_argument('--runs', nargs='+', default=list(RUNS), choices=RUNS + PROFILE_RUNS)
     p.add_argument('--ours-config', default=OURS_CONFIG)
     p.add_argument('--min-iters-for-map', type=int, default=400,

@@ -24,11 +24,11 @@ test_pipeline = [
     dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))
 ]
 
-# 4 workers load about 40 batches of two 1024² images a second on the 16-core GPU machine
-# (benchmarks/detector/bench_data_loading.py, docs/performance.md), ahead of a training step;
-# 2 load about 24, fewer than the step can take.
+# 8 workers load about 50 batches of two 1024² images a second on the 16-core GPU machine
+# (benchmarks/detector/bench_data_loading.py, docs/performance.md), ahead of the captured
+# `--amp` step (about 34 a second); 4 load about 36, too few to leave a margin.
 train_dataloader = dict(
-    batch_size=2, num_workers=4, persistent_workers=True,
+    batch_size=2, num_workers=8, persistent_workers=True,
     # pinned images: the data preprocessor's non_blocking copy overlaps the GPU's work
     pin_memory=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
