@@ -408,7 +408,7 @@ def device_idle_ms(spans, launch_gap_us=20.0):
     return short / 1000, long / 1000
 
 
-def top_ops(fn, calls=2, count=20):
+def top_ops(fn, calls=2, count=40):
     """Device ms per fn() call of the torch ops whose own kernels take longest, by op name and
     by op and input shapes (torch.profiler): which ops the longest kernels come from. Run on
     eager steps: a graph's replay has kernels but no ops."""
@@ -424,9 +424,26 @@ def top_ops(fn, calls=2, count=20):
                 totals[name(event)] += event.self_device_time_total / calls / 1000
         return {key: round(ms, 3) for key, ms in sorted(totals.items(),
                                                          key=lambda kv: -kv[1])[:count]}
+    # Elementwise kernels are many small shares of many ops: each op (with its shapes) is named
+    # with its callers, so that a share can be traced to the layer or loss that launches it.
+    elementwise = defaultdict(float)
+    for event in prof.events():
+        if event.device_type != DeviceType.CPU or not event.kernels:
+            continue
+        us = sum(k.duration for k in event.kernels if 'elementwise' in k.name)
+        if us > 0:
+            callers, parent = [], event.cpu_parent
+            while parent is not None and len(callers) < 3:
+                callers.append(parent.name)
+                parent = parent.cpu_parent
+            key = f'{event.name} {event.input_shapes} < ' + ' < '.join(callers)
+            elementwise[key[:220]] += us / calls / 1000
     return dict(by_op=ranked(prof.key_averages(), lambda e: e.key),
                 by_op_and_shapes=ranked(prof.key_averages(group_by_input_shape=True),
-                                        lambda e: f'{e.key} {e.input_shapes}'[:160]))
+                                        lambda e: f'{e.key} {e.input_shapes}'[:160]),
+                elementwise_by_op_and_callers={
+                    key: round(ms, 3) for key, ms in sorted(elementwise.items(),
+                                                            key=lambda kv: -kv[1])[:count]})
 
 
 # ---- report -------------------------------------------------------------------------------------

@@ -397,8 +397,9 @@ std::vector<at::Tensor> riroi_align_rotated_backward_cuda(
   if (grad.numel() == 0) {
     std::vector<at::Tensor> zeros;
     for (size_t l = 0; l < num_levels; ++l) {
-      zeros.push_back(at::zeros({batch_size, channels, heights[l], widths[l]},
-                                grad.options().memory_format(gradient_format(channels_last))));
+      zeros.push_back(at::empty({batch_size, channels, heights[l], widths[l]},
+                                grad.options().memory_format(gradient_format(channels_last)))
+                          .zero_());  // (at::zeros takes no memory format)
     }
     return zeros;
   }

@@ -106,8 +106,9 @@ at::Tensor roi_pool_backward_cuda(const at::Tensor& grad_, const at::Tensor& roi
   auto stream = c10::cuda::getCurrentCUDAStream();
   if (at::globalContext().deterministicAlgorithms()) {
     // fixed and grad_input share one layout: the conversion between them is elementwise
-    auto fixed = at::zeros({batch_size, channels, height, width},
-                           grad.options().dtype(at::kLong).memory_format(format));
+    // (at::zeros takes no memory format: empty + zero_)
+    auto fixed = at::empty({batch_size, channels, height, width},
+                           grad.options().dtype(at::kLong).memory_format(format)).zero_();
     auto bound = grad.abs().sum(at::kDouble);
     auto grad_input = at::empty({batch_size, channels, height, width}, grad.options().memory_format(format));
     if (total > 0) {
@@ -123,7 +124,8 @@ at::Tensor roi_pool_backward_cuda(const at::Tensor& grad_, const at::Tensor& roi
     fixed_point_to_tensor(fixed, bound, grad_input);
     return grad_input;
   }
-  auto grad_input = at::zeros({batch_size, channels, height, width}, grad.options().memory_format(format));
+  auto grad_input =
+      at::empty({batch_size, channels, height, width}, grad.options().memory_format(format)).zero_();
   if (total > 0) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "roi_pool_backward_cuda", [&] {
       const AtomicAdd<scalar_t> add{grad_input.data_ptr<scalar_t>(), grad_input.numel()};
