@@ -24,9 +24,10 @@ test_pipeline = [
     dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'))
 ]
 
-# 8 workers load about 50 batches of two 1024² images a second on the 16-core GPU machine
-# (benchmarks/detector/bench_data_loading.py, docs/performance.md), ahead of the captured
-# `--amp` step (about 34 a second); 4 load about 36, too few to leave a margin.
+# 8 workers load 50 to 75 batches of two 1024² images a second on the 16-core GPU machine
+# (benchmarks/detector/bench_data_loading.py, docs/performance.md; the host's speed varies from
+# run to run), ahead of the captured `--amp` step (about 34 a second); 4 load 36 to 56, which in
+# a slow run leaves the step no margin.
 train_dataloader = dict(
     batch_size=2, num_workers=8, persistent_workers=True,
     # pinned images: the data preprocessor's non_blocking copy overlaps the GPU's work
