@@ -348,8 +348,9 @@ def test_captured_amp_steps_after_a_skipped_warm_up_give_the_eager_amp_steps():
     assert len(graphed.step_graphs) == 1
     torch.testing.assert_close(wrapper.loss_scaler.get_scale(),
                                eager_wrapper.loss_scaler.get_scale())
-    # (from the third step on, the fp16 atomic sums' order moves the losses: two eager runs differ
-    # by up to 6e-4 at the fourth, and the captured run by up to 2e-3, NCHW or channels-last)
+    # (from the third step on, the order of the steps' atomic sums moves the fp16 losses: two
+    # eager runs differ by up to 6e-4 at the fourth, the captured run by up to 2e-3, in either
+    # layout)
     for ref, ours in zip(eager_logs[1:], graphed_logs[1:]):
         for key in ref:
             torch.testing.assert_close(ours[key], ref[key], rtol=1e-2, atol=1e-2)
