@@ -446,6 +446,37 @@ def top_ops(fn, calls=2, count=40):
                                                             key=lambda kv: -kv[1])[:count]})
 
 
+def innermost_range(points, ranges):
+    """For each point (a time), the label of the shortest (label, start, end) range holding it,
+    or 'other'. By time, not by parent op: the backward's ops run on autograd's own thread, outside
+    the main thread's record_function ranges, while the main thread waits inside one."""
+    labels = []
+    for t in points:
+        holding = [(end - start, label) for label, start, end in ranges if start <= t <= end]
+        labels.append(min(holding)[1] if holding else 'other')
+    return labels
+
+
+def kernels_by_part(fn, labels, calls=1):
+    """Kernel launches and kernel ms per fn() call (an instrumented step) by part: each op's
+    kernels go to the innermost part range (record_function) its start falls in. A captured
+    step replays its graph as a whole, so this runs the eager step: which parts launch the many
+    small kernels."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+    prof = _profiled(fn, calls, [ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    events = [e for e in prof.events() if e.device_type == DeviceType.CPU]
+    ranges = [(e.name, e.time_range.start, e.time_range.end) for e in events if e.name in labels]
+    launching = [e for e in events if e.kernels]
+    counts, ms = defaultdict(int), defaultdict(float)
+    for event, part in zip(launching, innermost_range([e.time_range.start for e in launching],
+                                                      ranges)):
+        counts[part] += len(event.kernels)
+        ms[part] += sum(k.duration for k in event.kernels) / 1000
+    return {part: dict(kernels=round(counts[part] / calls), ms=round(ms[part] / calls, 3))
+            for part in sorted(counts, key=lambda p: -counts[p])}
+
+
 # ---- report -------------------------------------------------------------------------------------
 def summary(timer, rows, data_ms, plain_ms, last_rows=()):
     parts = timer.medians_ms()
@@ -524,9 +555,15 @@ def main(argv=None):
         instrumented_train_step(model, batch, optim_wrapper, timer, split)
         if i + 1 == args.warmup:
             timer.steps = []
+    last_rows = ('backward heads', 'backward neck', 'backward backbone', 'optimizer step')
+    timed_steps = list(timer.steps)
+    train_kernels_by_part = kernels_by_part(
+        lambda: instrumented_train_step(model, train_batches[-1], optim_wrapper, timer, split),
+        {label for label, _ in rows} | {'preprocess', 'forward', *last_rows}) if cuda else None
+    timer.steps = timed_steps  # (the profiled steps are not timed ones)
     timer.restore()  # (the BackwardSplit wrappers go with the timing ones)
-    train = summary(timer, rows, train_data_ms, train_plain, (
-        'backward heads', 'backward neck', 'backward backbone', 'optimizer step'))
+    train = summary(timer, rows, train_data_ms, train_plain, last_rows)
+    train['kernels_by_part'] = train_kernels_by_part
 
     # inference
     model.eval()

@@ -109,3 +109,13 @@ def test_device_idle_splits_launch_gaps_from_waits():
     spans = [(200, 230), (0, 10), (5, 15), (20, 80), (180, 200), (250, 260)]
     launch_gaps, waits = profile_detector.device_idle_ms(spans)
     assert (launch_gaps, waits) == pytest.approx((0.025, 0.1))
+
+
+def test_kernels_go_to_the_innermost_part_holding_their_launch():
+    """kernels_by_part's attribution: by launch time, to the shortest holding range (a part inside
+    'forward' wins over it; a backward op on autograd's thread falls in the waiting range)."""
+    ranges = [('forward', 0, 100), ('backbone', 10, 40), ('rpn loss', 50, 90),
+              ('rpn assign', 60, 70), ('backward heads', 120, 200)]
+    points = [5, 20, 65, 80, 150, 110, 40]
+    assert profile_detector.innermost_range(points, ranges) == [
+        'forward', 'backbone', 'rpn assign', 'rpn loss', 'backward heads', 'other', 'backbone']
