@@ -559,7 +559,7 @@ def main(argv=None):
     timed_steps = list(timer.steps)
     train_kernels_by_part = kernels_by_part(
         lambda: instrumented_train_step(model, train_batches[-1], optim_wrapper, timer, split),
-        {label for label, _ in rows} | {'preprocess', 'forward', *last_rows}) if cuda else None
+        set().union(*timed_steps)) if cuda else None  # (the labels the timed steps recorded)
     timer.steps = timed_steps  # (the profiled steps are not timed ones)
     timer.restore()  # (the BackwardSplit wrappers go with the timing ones)
     train = summary(timer, rows, train_data_ms, train_plain, last_rows)
