@@ -26,6 +26,7 @@ Low-precision inputs (fp16/bf16, e.g. under autocast): statistics and sums in fl
 input gradient in the input's dtype, as torch's batch norm does.
 """
 import contextlib
+import functools
 
 import torch
 from e2cnn import nn as enn
@@ -69,8 +70,9 @@ class _Fields:
         return self.per_channel_flat(v).view(self._broadcast)
 
     def per_channel_flat(self, v: torch.Tensor) -> torch.Tensor:
-        """(fields,) -> (C,): every channel of a field gets its field's value."""
-        return v[:, None].expand(self.count, self.size).reshape(-1)
+        """(..., fields) -> (..., C): every channel of a field gets its field's value (one copy
+        for all leading rows)."""
+        return v[..., None].expand(*v.shape, self.size).reshape(*v.shape[:-1], -1)
 
 
 def _mean_var(x: torch.Tensor, fields: _Fields):
@@ -178,15 +180,17 @@ class _SyncBatchNormKernels(torch.autograd.Function):
         channel_mean, channel_invstd = torch.batch_norm_stats(x, eps)
         # (field size, fields): each field channel as one "process" of the combining kernel,
         # whose counts have the running statistics' dtype (else the input's)
-        count = fields.elements // field_size
-        counts = torch.full((field_size,), count, device=x.device, dtype=(
+        counts = _filled(field_size, fields.elements // field_size, x.device, (
             channel_mean.dtype if running_mean is None else running_mean.dtype))
         mean, invstd = torch.batch_norm_gather_stats_with_counts(
             channel_mean, _by_process(channel_mean, fields), _by_process(channel_invstd, fields),
             running_mean, running_var, momentum, eps, counts)
-        mean_c, invstd_c = fields.per_channel_flat(mean), fields.per_channel_flat(invstd)
-        weight_c = None if weight is None else fields.per_channel_flat(weight)
-        bias_c = None if bias is None else fields.per_channel_flat(bias)
+        # the per-channel copies of the field values in one pass (the kernels below take (C,)
+        # tensors); weight and bias have the statistics' dtype (_sync_batch_norm_kernels_serve)
+        affine = [p for p in (weight, bias) if p is not None]
+        mean_c, invstd_c, *affine_c = fields.per_channel_flat(torch.stack([mean, invstd, *affine]))
+        weight_c = affine_c.pop(0) if weight is not None else None
+        bias_c = affine_c.pop(0) if bias is not None else None
         out = torch.batch_norm_elemt(x, weight_c, bias_c, mean_c, invstd_c, eps)
         ctx.save_for_backward(x, weight_c, mean_c, invstd_c, invstd)
         ctx.fields, ctx.bias_dtype = fields, None if bias is None else bias.dtype
@@ -200,15 +204,16 @@ class _SyncBatchNormKernels(torch.autograd.Function):
         need_x, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_x = grad_weight = grad_bias = None
         grad = grad.contiguous(memory_format=_memory_format(x))
-        # per channel: sum of grad and of grad * (x - field mean); summed per field below
-        sum_g_c, sum_g_xmu_c, _, _ = torch.batch_norm_backward_reduce(
-            grad, x, mean_c, invstd_c, weight_c, True, False, False)
-        sum_g, sum_g_xmu = fields.sum(sum_g_c), fields.sum(sum_g_xmu_c)
+        # per channel: sum of grad and of grad * (x - field mean); summed per field, both at once
+        sums_c = torch.batch_norm_backward_reduce(grad, x, mean_c, invstd_c, weight_c, True, False,
+                                                  False)[:2]
+        sums = torch.stack(sums_c).view(2, fields.count, fields.size).sum(2)
+        sum_g, sum_g_xmu = sums
         if need_x:
-            count = torch.full((1,), fields.elements, device=x.device, dtype=torch.int32)
-            grad_x = torch.batch_norm_backward_elemt(
-                grad, x, mean_c, invstd_c, weight_c, fields.per_channel_flat(sum_g),
-                fields.per_channel_flat(sum_g_xmu), count)
+            count = _filled(1, fields.elements, x.device, torch.int32)
+            sum_g_c, sum_g_xmu_c = fields.per_channel_flat(sums)
+            grad_x = torch.batch_norm_backward_elemt(grad, x, mean_c, invstd_c, weight_c, sum_g_c,
+                                                     sum_g_xmu_c, count)
         if need_weight:
             grad_weight = (sum_g_xmu * invstd).to(weight_c.dtype)
         if need_bias:
@@ -217,8 +222,23 @@ class _SyncBatchNormKernels(torch.autograd.Function):
 
 
 def _by_process(per_channel: torch.Tensor, fields: _Fields) -> torch.Tensor:
-    """(C,) -> (field size, fields): row j holds channel j of every field."""
-    return per_channel.view(fields.count, fields.size).t().contiguous()
+    """(C,) -> (field size, fields): row j holds channel j of every field. A strided view: the
+    combining kernel reads it through its strides."""
+    return per_channel.view(fields.count, fields.size).t()
+
+
+def _filled(size: int, value, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A (size,) tensor of `value`, not to be written to. Made once per key and kept, except
+    while a CUDA graph is being captured: a tensor made then holds its value only after the
+    graph has run, and another graph may read it before."""
+    if device.type == 'cuda' and torch.cuda.is_current_stream_capturing():
+        return torch.full((size,), value, device=device, dtype=dtype)
+    return _kept_filled(size, value, device, dtype)
+
+
+@functools.lru_cache(maxsize=256)  # (a few per map size; multi-scale training has several)
+def _kept_filled(size, value, device, dtype):
+    return torch.full((size,), value, device=device, dtype=dtype)
 
 
 def _memory_format(x: torch.Tensor):

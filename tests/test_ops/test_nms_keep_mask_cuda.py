@@ -5,9 +5,10 @@ capture in a CUDA graph.
 What the CUDA path adds, and which test covers it:
 - the 64-wide suppression words and the skipped words between label groups
   (test_cuda_matches_cpu with labels: groups longer than, shorter than and across 64-box blocks);
-- the greedy scan in one block: the diagonal word resolved by shuffles, the later blocks ORed in
-  shared memory (N = 63, 64, 65, 129 and thousands; all boxes identical: one kept; all apart:
-  all kept);
+- the greedy scan: label groups side by side, one block for the groups starting in each 64-box
+  tile (test_cuda_label_groups_of_every_size: groups across tiles, several starting in one tile,
+  one box per label), the diagonal word resolved by shuffles, the later tiles ORed in shared
+  memory (N = 63, 64, 65, 129 and thousands; all boxes identical: one kept; all apart: all kept);
 - no sync: torch.cuda.set_sync_debug_mode('error') raises on any synchronising call;
 - fixed shapes: a graph captured once replays on new boxes and gives their eager result.
 """
@@ -63,7 +64,8 @@ def test_cuda_matches_cpu_in_every_dtype(dtype):
 
 
 @pytest.mark.parametrize("labels_kind", ["few large groups", "many groups under 64 boxes",
-                                         "one box per label", "labels sorted by score"])
+                                         "one box per label", "labels sorted by score",
+                                         "image x level groups like the rpn's"])
 def test_cuda_label_groups_of_every_size(labels_kind):
     # The mask kernel skips the words between label groups and the scan stops at a group's end:
     # groups that span several 64-box blocks, end inside one, or hold a single box.
@@ -75,8 +77,11 @@ def test_cuda_label_groups_of_every_size(labels_kind):
         labels = torch.randint(0, 300, (n,))
     elif labels_kind == "one box per label":
         labels = torch.randperm(n)
-    else:
+    elif labels_kind == "labels sorted by score":
         labels = (scores.argsort(descending=True).argsort() // 37).long()
+    else:  # groups of hundreds, none aligned to a tile, of the labels in any order
+        sizes = torch.tensor([700, 500, 300, 97, 3, 400])
+        labels = torch.tensor([4, 0, 5, 2, 1, 3]).repeat_interleave(sizes)
     assert_cuda_equals_cpu(boxes, scores, 0.2, labels)
     if labels_kind == "one box per label":
         assert nms_keep_mask(*on_cuda(boxes, scores), 0.2, labels.cuda()).all()

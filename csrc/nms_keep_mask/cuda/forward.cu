@@ -8,14 +8,18 @@
 //    c >= r's block, and c before the first block whose labels all follow r's block's labels
 //    (with labels grouped, the mask is block-diagonal by label; this spares the IoUs and the
 //    writes between groups).
-// 3. greedy_scan_kernel: the greedy pass in one block, on the device (torchvision and mmcv's
-//    nms_rotated copy the whole mask to the host for it; mmcv's nms scans on the device but with a
-//    __syncthreads per kept box). Per block of 64 sorted boxes:
-//    - warp 0 decides the 64 boxes in order from the block's "removed" word and the diagonal
-//      words (held two per lane, broadcast by shuffles): no memory traffic in the loop;
-//    - all threads then OR the words of the kept boxes into the "removed" words of the later
-//      blocks of the same labels (shared memory, atomicOr), coalesced along the mask rows.
-//    Two __syncthreads per 64 boxes.
+// 3. greedy_scan_kernel: the greedy pass on the device (torchvision and mmcv's nms_rotated copy
+//    the whole mask to the host for it; mmcv's nms scans on the device but with a __syncthreads
+//    per kept box). Label groups never suppress each other, so they are scanned side by side:
+//    the CUDA block of tile b scans the groups that start in tile b, one after the other (one
+//    group, the whole pass, without labels). Per tile of 64 sorted boxes of its group:
+//    - warp 0 decides the group's boxes of the tile in order from the tile's "removed" word and
+//      the diagonal words (held two per lane, broadcast by shuffles): no memory traffic in the
+//      loop;
+//    - all threads then OR the words of the kept boxes into the "removed" words of the group's
+//      later tiles (shared memory, atomicOr), coalesced along the mask rows.
+//    Two __syncthreads per tile. (A tile shared by two groups is read by both scans, each
+//    deciding its own boxes: the words hold no bits between labels.)
 #include <ATen/OpMathType.h>
 
 #include <cstdint>
@@ -96,52 +100,95 @@ suppression_mask_kernel(const scalar_t* __restrict__ sorted_boxes,
   mask[static_cast<int64_t>(row) * num_blocks + col_block] = bits;
 }
 
-// One block of kScanThreads; dynamic shared memory: num_blocks words.
+// Position one past the run of `label` that starts at sorted position `start` (labels sorted).
+__device__ __forceinline__ int group_end(const int64_t* sorted_labels, int n, int start) {
+  if (sorted_labels == nullptr) return n;
+  const int64_t label = sorted_labels[start];
+  int lo = start + 1, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (sorted_labels[mid] > label) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// Grid: num_blocks blocks of kScanThreads, block b for the groups starting in tile b (the
+// header). Dynamic shared memory: num_blocks words, indexed by tile.
 __global__ void __launch_bounds__(kScanThreads)
 greedy_scan_kernel(const Word* __restrict__ mask, const int64_t* __restrict__ sorted_labels,
                    const int64_t* __restrict__ order, int n, int num_blocks,
                    bool* __restrict__ keep) {
   extern __shared__ Word removed[];  // bit i of word b: sorted box 64 b + i is suppressed
-  __shared__ Word kept_word;         // the kept boxes of the current block
-  __shared__ int end_block;          // its group_end_block
+  __shared__ Word starts;            // bit i: a group starts at sorted box 64 tile + i
+  __shared__ Word kept_word;         // the kept boxes of the current tile's group part
+  __shared__ int group_stop;         // one past the current group's last sorted box
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-  for (int b = t; b < num_blocks; b += blockDim.x) removed[b] = 0;
-  __syncthreads();
-  for (int block = 0; block < num_blocks; ++block) {
-    const int start = block * kBlockBoxes;
-    const int size = min(n - start, kBlockBoxes);
-    if (warp == 0) {
-      const int64_t first_row = static_cast<int64_t>(start) * num_blocks + block;
-      const Word low = lane < size ? mask[first_row + int64_t(lane) * num_blocks] : 0;
-      const Word high = lane + 32 < size ? mask[first_row + int64_t(lane + 32) * num_blocks] : 0;
-      Word gone = removed[block];
-      for (int i = 0; i < size; ++i) {  // size is warp-uniform: every lane shuffles
-        const Word row_word = __shfl_sync(kFullWarp, i < 32 ? low : high, i & 31);
-        if (!((gone >> i) & 1)) gone |= row_word;
-      }
-      const Word in_block = size == kBlockBoxes ? ~Word(0) : (Word(1) << size) - 1;
-      const Word kept = ~gone & in_block;
-      if (lane < size) keep[order[start + lane]] = (kept >> lane) & 1;
-      if (lane + 32 < size) keep[order[start + lane + 32]] = (kept >> (lane + 32)) & 1;
-      if (lane == 0) {
-        kept_word = kept;
-        end_block = group_end_block(sorted_labels, n, block, num_blocks);
+  const int tile = blockIdx.x, tile_start = tile * kBlockBoxes;
+  if (warp == 0) {
+    Word found = 0;
+    if (sorted_labels == nullptr) {
+      found = tile == 0 ? 1 : 0;
+    } else {
+      for (int half = 0; half < 2; ++half) {
+        const int p = tile_start + half * 32 + lane;
+        const bool start = p < n && (p == 0 || sorted_labels[p] != sorted_labels[p - 1]);
+        found |= Word(__ballot_sync(kFullWarp, start)) << (half * 32);
       }
     }
+    if (lane == 0) starts = found;
+  }
+  __syncthreads();
+  Word pending = starts;  // block-uniform
+  while (pending != 0) {
+    const int first = __ffsll(static_cast<long long>(pending)) - 1;
+    pending &= pending - 1;
+    const int group_start = tile_start + first;
+    if (t == 0) group_stop = group_end(sorted_labels, n, group_start);
     __syncthreads();
-    const Word kept = kept_word;
-    const int later = end_block - (block + 1);  // blocks after this one that share its labels
-    if (kept != 0 && later > 0) {
-      // (kept row i, later block j) pairs; consecutive threads read consecutive words of a row
-      for (int p = t; p < kBlockBoxes * later; p += blockDim.x) {
-        const int i = p / later, j = block + 1 + p % later;
-        if ((kept >> i) & 1) {
-          const Word w = mask[static_cast<int64_t>(start + i) * num_blocks + j];
-          if (w != 0) atomicOr(&removed[j], w);
+    const int stop = group_stop, last_tile = (stop - 1) / kBlockBoxes;
+    for (int b = tile + t; b <= last_tile; b += blockDim.x) removed[b] = 0;
+    __syncthreads();
+    for (int block = tile; block <= last_tile; ++block) {
+      const int start = block * kBlockBoxes;
+      // the group's boxes of this tile: in-tile positions [lo, hi)
+      const int lo = max(group_start - start, 0), hi = min(stop - start, kBlockBoxes);
+      if (warp == 0) {
+        const int64_t first_row = static_cast<int64_t>(start) * num_blocks + block;
+        const Word low = lane >= lo && lane < hi ? mask[first_row + int64_t(lane) * num_blocks] : 0;
+        const Word high =
+            lane + 32 >= lo && lane + 32 < hi ? mask[first_row + int64_t(lane + 32) * num_blocks] : 0;
+        Word gone = removed[block];
+        for (int i = lo; i < hi; ++i) {  // lo and hi are warp-uniform: every lane shuffles
+          const Word row_word = __shfl_sync(kFullWarp, i < 32 ? low : high, i & 31);
+          if (!((gone >> i) & 1)) gone |= row_word;
+        }
+        const Word below_hi = hi == kBlockBoxes ? ~Word(0) : (Word(1) << hi) - 1;
+        const Word kept = ~gone & below_hi & ~((Word(1) << lo) - 1);
+        if (lane >= lo && lane < hi) keep[order[start + lane]] = (kept >> lane) & 1;
+        if (lane + 32 >= lo && lane + 32 < hi) {
+          keep[order[start + lane + 32]] = (kept >> (lane + 32)) & 1;
+        }
+        if (lane == 0) kept_word = kept;
+      }
+      __syncthreads();
+      const Word kept = kept_word;
+      const int later = last_tile - block;  // the group's tiles after this one
+      if (kept != 0 && later > 0) {
+        // (kept row i, later tile j) pairs; consecutive threads read consecutive words of a row
+        for (int p = t; p < kBlockBoxes * later; p += blockDim.x) {
+          const int i = p / later, j = block + 1 + p % later;
+          if ((kept >> i) & 1) {
+            const Word w = mask[static_cast<int64_t>(start + i) * num_blocks + j];
+            if (w != 0) atomicOr(&removed[j], w);
+          }
         }
       }
+      __syncthreads();
     }
-    __syncthreads();
   }
 }
 
@@ -178,7 +225,7 @@ at::Tensor nms_keep_mask_cuda(const at::Tensor& boxes_, const at::Tensor& scores
                         : launch(std::integral_constant<int, 4>{});
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  greedy_scan_kernel<<<1, kScanThreads, num_blocks * sizeof(Word), stream>>>(
+  greedy_scan_kernel<<<num_blocks, kScanThreads, num_blocks * sizeof(Word), stream>>>(
       mask_data, label_data, order.data_ptr<int64_t>(), n, num_blocks, keep.data_ptr<bool>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return keep;
