@@ -26,10 +26,11 @@ Low-precision inputs (fp16/bf16, e.g. under autocast): statistics and sums in fl
 input gradient in the input's dtype, as torch's batch norm does.
 """
 import contextlib
-import functools
 
 import torch
 from e2cnn import nn as enn
+
+from .device_constants import constant
 
 __all__ = ["FieldBatchNorm", "field_batch_norm"]
 
@@ -180,8 +181,8 @@ class _SyncBatchNormKernels(torch.autograd.Function):
         channel_mean, channel_invstd = torch.batch_norm_stats(x, eps)
         # (field size, fields): each field channel as one "process" of the combining kernel,
         # whose counts have the running statistics' dtype (else the input's)
-        counts = _filled(field_size, fields.elements // field_size, x.device, (
-            channel_mean.dtype if running_mean is None else running_mean.dtype))
+        counts = constant((fields.elements // field_size,) * field_size, (
+            channel_mean.dtype if running_mean is None else running_mean.dtype), x.device)
         mean, invstd = torch.batch_norm_gather_stats_with_counts(
             channel_mean, _by_process(channel_mean, fields), _by_process(channel_invstd, fields),
             running_mean, running_var, momentum, eps, counts)
@@ -210,7 +211,7 @@ class _SyncBatchNormKernels(torch.autograd.Function):
         sums = torch.stack(sums_c).view(2, fields.count, fields.size).sum(2)
         sum_g, sum_g_xmu = sums
         if need_x:
-            count = _filled(1, fields.elements, x.device, torch.int32)
+            count = constant((fields.elements,), torch.int32, x.device)
             sum_g_c, sum_g_xmu_c = fields.per_channel_flat(sums)
             grad_x = torch.batch_norm_backward_elemt(grad, x, mean_c, invstd_c, weight_c, sum_g_c,
                                                      sum_g_xmu_c, count)
@@ -225,20 +226,6 @@ def _by_process(per_channel: torch.Tensor, fields: _Fields) -> torch.Tensor:
     """(C,) -> (field size, fields): row j holds channel j of every field. A strided view: the
     combining kernel reads it through its strides."""
     return per_channel.view(fields.count, fields.size).t()
-
-
-def _filled(size: int, value, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """A (size,) tensor of `value`, not to be written to. Made once per key and kept, except
-    while a CUDA graph is being captured: a tensor made then holds its value only after the
-    graph has run, and another graph may read it before."""
-    if device.type == 'cuda' and torch.cuda.is_current_stream_capturing():
-        return torch.full((size,), value, device=device, dtype=dtype)
-    return _kept_filled(size, value, device, dtype)
-
-
-@functools.lru_cache(maxsize=256)  # (a few per map size; multi-scale training has several)
-def _kept_filled(size, value, device, dtype):
-    return torch.full((size,), value, device=device, dtype=dtype)
 
 
 def _memory_format(x: torch.Tensor):

@@ -3,7 +3,8 @@
 mmdet's RPNHead keeps the anchors inside the image by boolean indexing, lists sampled indices,
 counts them on the host for the loss's average, builds its coder constants and anchors from host
 memory, and cuts its proposals to what NMS keeps: each waits for the GPU. Here
-- the anchors are built once per feature-map size, dtype and device, and kept;
+- the anchors, and the flags of those inside the image, are built once per feature-map size
+  (and image shape), dtype and device, and kept;
 - every anchor is a target row: those outside the image are marked invalid for the assigner
   (RedetMaxIoUAssigner ignores them, so the others get mmdet's assignment), the sampler's draw
   is a pair of masks (fixed_size_sampler), and the loss weights are those masks;
@@ -32,11 +33,13 @@ from torch import Tensor
 from redet_plugin.ops import nms_keep_mask
 from redet_plugin.utils.registration import register
 
+from ..device_constants import capturing
 from ..layers.multiclass_nms import kept_first, nms_arguments
 from ..task_modules.fixed_size_sampler import check_random_sampler, sample_masks
 from ..task_modules.max_iou_assigner import MaxIoUAssigner
 
 _ANCHOR_CACHE_SIZE = 8  # feature-map size sets kept (multi-scale training uses a few)
+_INSIDE_CACHE_SIZE = 32  # (feature-map sizes, pad shape, image shape) keys kept
 
 
 @register(MODELS)
@@ -54,6 +57,7 @@ class RPNHead(MMDetRPNHead):
             if self.reg_decoded_bbox:
                 raise ValueError('reg_decoded_bbox: not supported by RedetRPNHead')
         self._anchor_cache = {}
+        self._inside_cache = {}
 
     def anchors(self, featmap_sizes: Sequence[Tuple[int, int]], dtype: torch.dtype,
                 device: torch.device) -> List[Tensor]:
@@ -65,8 +69,29 @@ class RPNHead(MMDetRPNHead):
             if len(self._anchor_cache) >= _ANCHOR_CACHE_SIZE:
                 self._anchor_cache.pop(next(iter(self._anchor_cache)))
             anchors = self.prior_generator.grid_priors(featmap_sizes, dtype=dtype, device=device)
-            self._anchor_cache[key] = anchors
+            if not capturing(device):  # (device_constants says why)
+                self._anchor_cache[key] = anchors
         return anchors
+
+    def _inside_flags(self, anchors: Tensor, featmap_sizes, img_meta: dict) -> Tensor:
+        """mmdet's valid flags and anchor_inside_flags of the anchors: kept per feature-map
+        size, pad shape and image shape (the same tensor every step of a size), except when
+        first made under graph capture (device_constants says why)."""
+        key = (tuple(tuple(int(v) for v in size) for size in featmap_sizes),
+               tuple(img_meta['pad_shape'][:2]), tuple(img_meta['img_shape'][:2]), anchors.device)
+        inside = self._inside_cache.get(key)
+        if inside is None:
+            valid_flags = torch.cat(self.prior_generator.valid_flags(
+                featmap_sizes, img_meta['pad_shape'], anchors.device))
+            # mmdet raises when no anchor is inside the image (a host wait); here such an image
+            # draws nothing and adds nothing to the loss
+            inside = anchor_inside_flags(anchors, valid_flags, img_meta['img_shape'][:2],
+                                         self.train_cfg['allowed_border'])
+            if not capturing(anchors.device):
+                if len(self._inside_cache) >= _INSIDE_CACHE_SIZE:
+                    self._inside_cache.pop(next(iter(self._inside_cache)))
+                self._inside_cache[key] = inside
+        return inside
 
     # ----- training targets and losses -----
 
@@ -101,13 +126,7 @@ class RPNHead(MMDetRPNHead):
         """labels (N,), label_weights (N,), bbox_targets (N, 4), bbox_weights (N, 4) over all N
         anchors, as mmdet's _get_targets_single after unmap, and the image's share of the loss
         average, (1,): mmdet's SamplingResult.avg_factor, max(#pos, 1) + max(#neg, 1)."""
-        device = anchors.device
-        valid_flags = torch.cat(self.prior_generator.valid_flags(
-            featmap_sizes, img_meta['pad_shape'], device))
-        # mmdet raises when no anchor is inside the image (a host wait); here such an image
-        # draws nothing and adds nothing to the loss
-        inside = anchor_inside_flags(anchors, valid_flags, img_meta['img_shape'][:2],
-                                     self.train_cfg['allowed_border'])
+        inside = self._inside_flags(anchors, featmap_sizes, img_meta)
         assign = self.assigner.assign(InstanceData(priors=anchors, valid=inside), gt_instances,
                                       gt_instances_ignore)
         drawn = sample_masks(assign.gt_inds, self.sampler)

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from redet_plugin.ops import unchecked_rois
 from redet_plugin.utils.registration import register
 
+from ..device_constants import constant
 from .roi_layer_builder import build_roi_layers, pooled_size, readable_by
 from .fused_kernels import fused_kernel_for
 
@@ -48,7 +49,6 @@ class RotatedSingleRoIExtractor(BaseRoIExtractor):
         if not float(finest_scale) > 0:
             raise ValueError(f"finest_scale: expected a positive number, got {finest_scale!r}")
         self.finest_scale = float(finest_scale)
-        self._thresholds = {}
         self.fused_kernel = fused_kernel_for(self.roi_layers[0])
         if fused and self.fused_kernel is None:
             raise ValueError(f"fused=True: {type(self.roi_layers[0]).__name__} has no multi-level "
@@ -72,13 +72,8 @@ class RotatedSingleRoIExtractor(BaseRoIExtractor):
         return torch.bucketize(area, self._level_thresholds(num_levels, area), right=True)
 
     def _level_thresholds(self, num_levels: int, area: Tensor) -> Tensor:
-        # Kept per (levels, device, dtype): building them from a list each call is a blocking
-        # host-to-device copy, a host synchronisation in every forward.
-        key = (num_levels, area.device, area.dtype)
-        if key not in self._thresholds:
-            self._thresholds[key] = area.new_tensor(
-                [(self.finest_scale * (2.0 ** level - 1e-6)) ** 2 for level in range(1, num_levels)])
-        return self._thresholds[key]
+        return constant([(self.finest_scale * (2.0 ** level - 1e-6)) ** 2
+                         for level in range(1, num_levels)], area.dtype, area.device)
 
     def roi_rescale(self, rois: Tensor, scale_factor: Union[float, Tuple[float, float]]) -> Tensor:
         """Scales w and h about the centre; a number, or (h_scale, w_scale) as in mmrotate."""

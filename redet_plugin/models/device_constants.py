@@ -1,0 +1,43 @@
+"""Small tensors of Python numbers, made once per device and dtype and kept.
+
+A tensor made from Python numbers in every step costs a fill kernel per number, or a copy from
+host memory (which waits for the GPU and cannot be captured in a CUDA graph). A kept one costs
+nothing after the first step. It is kept only when made outside a CUDA graph capture: a tensor
+made while a graph is being captured holds its values only once that graph has run, and another
+graph may read it before.
+"""
+import functools
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["constant", "capturing"]
+
+
+def capturing(device: torch.device) -> bool:
+    """Whether the current CUDA stream is capturing a graph (False off CUDA)."""
+    return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def constant(values: Sequence[float], dtype: torch.dtype, device) -> Tensor:
+    """A (len(values),) tensor of `values`, not to be written to."""
+    values, device = tuple(values), torch.device(device)
+    if capturing(device):
+        return _filled(values, dtype, device)
+    return _kept(values, dtype, device)
+
+
+@functools.lru_cache(maxsize=512)  # (a few per model, map size and dtype)
+def _kept(values, dtype, device):
+    return _filled(values, dtype, device)
+
+
+def _filled(values, dtype, device):
+    # fills, not torch.tensor(values, device=...): a copy from host memory waits for the GPU
+    if len(set(values)) <= 1:
+        return torch.full((len(values),), values[0] if values else 0, dtype=dtype, device=device)
+    out = torch.empty(len(values), dtype=dtype, device=device)
+    for i, v in enumerate(values):
+        out[i].fill_(v)
+    return out

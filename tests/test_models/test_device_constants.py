@@ -1,0 +1,34 @@
+"""device_constants.constant: the values in the dtype asked for, one tensor kept per key, a fresh
+one while a graph is being captured, and no copy from the host (which would wait for a GPU)."""
+import torch
+
+from redet_plugin.models import device_constants
+from redet_plugin.models.device_constants import constant
+
+
+def test_values_dtype_and_device():
+    got = constant((0.1, 0.1, 0.2, 0.2, 0.1), torch.float32, "cpu")
+    assert torch.equal(got, torch.tensor([0.1, 0.1, 0.2, 0.2, 0.1]))  # rounded as torch rounds
+    assert torch.equal(constant((7,) * 8, torch.int32, "cpu"), torch.full((8,), 7, dtype=torch.int32))
+    assert constant((), torch.float64, "cpu").shape == (0,)
+    assert constant([1.5, 2], torch.float64, torch.device("meta")).device.type == "meta"
+
+
+def test_kept_per_key():
+    a = constant((1.0, 2.0), torch.float32, "cpu")
+    assert constant([1.0, 2.0], torch.float32, torch.device("cpu")) is a
+    assert constant((1.0, 2.0), torch.float64, "cpu") is not a
+    assert constant((1.0, 3.0), torch.float32, "cpu") is not a
+
+
+def test_made_anew_while_capturing(monkeypatch):
+    monkeypatch.setattr(device_constants, "capturing", lambda device: True)
+    a, b = (constant((3.0, 4.0), torch.float32, "cpu") for _ in range(2))
+    assert a is not b and torch.equal(a, torch.tensor([3.0, 4.0]))
+
+
+def test_no_copy_from_the_host(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch.tensor: a copy from the host")
+    monkeypatch.setattr(torch, "tensor", refuse)
+    assert constant((5.0, 6.0, 5.0), torch.float32, "cpu").tolist() == [5.0, 6.0, 5.0]
