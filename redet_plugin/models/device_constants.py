@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["constant", "capturing"]
+__all__ = ["capturing", "constant", "full"]
 
 
 def capturing(device: torch.device) -> bool:
@@ -28,9 +28,22 @@ def constant(values: Sequence[float], dtype: torch.dtype, device) -> Tensor:
     return _kept(values, dtype, device)
 
 
+def full(size: int, value: float, dtype: torch.dtype, device) -> Tensor:
+    """constant((value,) * size, ...), keyed by (size, value): for long ones."""
+    device = torch.device(device)
+    if capturing(device):
+        return torch.full((size,), value, dtype=dtype, device=device)
+    return _kept_full(size, value, dtype, device)
+
+
 @functools.lru_cache(maxsize=512)  # (a few per model, map size and dtype)
 def _kept(values, dtype, device):
     return _filled(values, dtype, device)
+
+
+@functools.lru_cache(maxsize=512)
+def _kept_full(size, value, dtype, device):
+    return torch.full((size,), value, dtype=dtype, device=device)
 
 
 def _filled(values, dtype, device):

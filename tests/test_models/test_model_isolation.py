@@ -156,3 +156,26 @@ def test_owned_bases_compare_and_hash_by_identity():
     for x, y in zip(blocks_a, blocks_b):
         assert x == x and x != y  # (e2cnn's == holds: same basis, same sampled numbers)
         assert hash(x) == object.__hash__(x)
+
+
+@pytest.mark.parametrize("amp_dtype", [torch.bfloat16, torch.float16])
+def test_owned_bases_under_autocast_give_e2cnns_expansion_and_cast_once(amp_dtype):
+    """Under autocast an owned basis is cast to the autocast dtype once and kept (e2cnn's einsum
+    casts it in every call): the same filters, bit for bit; a converted basis is cast again."""
+    from e2cnn.nn.modules.r2_conv import SingleBlockBasisExpansion
+    model = build("backbone", torch.float32, 0).train()
+    blocks = [m for m in model.modules() if isinstance(m, SingleBlockBasisExpansion)]
+    weights = [torch.randn(1, m.dimension()) for m in blocks]
+    with torch.autocast("cpu", dtype=amp_dtype):
+        for block, w in zip(blocks, weights):
+            ours, again = block(w), block(w)
+            theirs = SingleBlockBasisExpansion.forward(block, w)
+            assert ours.dtype == amp_dtype and torch.equal(ours, theirs) and torch.equal(again, ours)
+        kept = blocks[0]._basis_as(amp_dtype)
+        assert blocks[0]._basis_as(amp_dtype) is kept
+        model.double().float()  # (a new basis tensor)
+        assert blocks[0]._basis_as(amp_dtype) is not kept
+        torch.testing.assert_close(blocks[0](weights[0]),
+                                   SingleBlockBasisExpansion.forward(blocks[0], weights[0]),
+                                   rtol=0, atol=0)
+    assert torch.equal(blocks[0](weights[0]), SingleBlockBasisExpansion.forward(blocks[0], weights[0]))
