@@ -435,17 +435,20 @@ std::vector<at::Tensor> riroi_align_rotated_backward_cuda(
     const BackwardLaunch<scalar_t> launch{grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(),
                                           roi_levels, rois.size(0), channels, batch_size,
                                           layout, kopt, stream};
+    // the scatter's sums: int64 fixed point scaled by sum |grad| when deterministic, else float
+    // (double for double)
+    auto scratch = at::zeros({words}, grad.options().dtype(deterministic ? at::kLong : acc_dtype));
+    const auto bound = deterministic ? grad.abs().sum(at::kDouble) : at::Tensor();
+    const double* bound_data = deterministic ? bound.data_ptr<double>() : nullptr;
+    auto* fixed_point = deterministic ? reinterpret_cast<long long*>(scratch.data_ptr<int64_t>())
+                                      : nullptr;
     if (scratch_is_result) {
       at::Tensor sums;
       if (deterministic) {
-        auto scratch = at::zeros({words}, grad.options().dtype(at::kLong));
-        auto bound = grad.abs().sum(at::kDouble);
-        launch.template scatter_channels_last<true>(
-            reinterpret_cast<long long*>(scratch.data_ptr<int64_t>()), bound.data_ptr<double>());
+        launch.template scatter_channels_last<true>(fixed_point, bound_data);
         sums = at::empty({words}, grad.options());
         fixed_point_to_tensor(scratch, bound, sums);
       } else {
-        auto scratch = at::zeros({words}, grad.options().dtype(acc_dtype));
         launch.template scatter_channels_last<false>(scratch.data_ptr<acc_t>(), nullptr);
         sums = scratch.to(grad.scalar_type());  // itself for float and double
       }
@@ -456,13 +459,9 @@ std::vector<at::Tensor> riroi_align_rotated_backward_cuda(
                                 .permute({0, 3, 1, 2}));
       }
     } else if (deterministic) {
-      auto scratch = at::zeros({words}, grad.options().dtype(at::kLong));
-      auto bound = grad.abs().sum(at::kDouble);
-      const double* bound_data = bound.data_ptr<double>();
-      launch.template run<true>(reinterpret_cast<long long*>(scratch.data_ptr<int64_t>()),
-                                bound_data, gradients, outputs, FixedPointTo<scalar_t>{bound_data});
+      launch.template run<true>(fixed_point, bound_data, gradients, outputs,
+                                FixedPointTo<scalar_t>{bound_data});
     } else {
-      auto scratch = at::zeros({words}, grad.options().dtype(acc_dtype));
       launch.template run<false>(scratch.data_ptr<acc_t>(), nullptr, gradients, outputs,
                                  CastTo<scalar_t>{});
     }
