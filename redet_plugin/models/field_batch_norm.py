@@ -25,11 +25,10 @@ not plain BatchNorm3d (e.g. after SyncBatchNorm conversion) are called as e2cnn 
 Low-precision inputs (fp16/bf16, e.g. under autocast): statistics and sums in float32, output and
 input gradient in the input's dtype, as torch's batch norm does.
 """
-import contextlib
-
 import torch
 from e2cnn import nn as enn
 
+from .autocast_off import autocast_off
 from .device_constants import full
 
 __all__ = ["FieldBatchNorm", "field_batch_norm"]
@@ -37,13 +36,6 @@ __all__ = ["FieldBatchNorm", "field_batch_norm"]
 
 def _stats_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
-
-
-def _autocast_off(device_type: str):
-    # the elementwise ops below mix dtypes on purpose; autocast would cast whole tensors first
-    if torch.amp.is_autocast_available(device_type):
-        return torch.autocast(device_type, enabled=False)
-    return contextlib.nullcontext()
 
 
 class _Fields:
@@ -128,7 +120,8 @@ class _BatchStatisticsNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps, field_size):
         fields = _Fields(x, field_size)
-        with _autocast_off(x.device.type):
+        # the elementwise ops below mix dtypes on purpose; autocast would cast whole tensors first
+        with autocast_off(x.device.type):
             mean, var = _mean_var(x, fields)
             invstd = torch.sqrt(var + eps).reciprocal()
             scale = invstd if weight is None else invstd * weight
@@ -146,7 +139,7 @@ class _BatchStatisticsNorm(torch.autograd.Function):
         fields = ctx.fields
         need_x, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_x = grad_weight = grad_bias = None
-        with _autocast_off(grad.device.type):
+        with autocast_off(grad.device.type):
             sum_g = fields.channel_sums(grad, mean.dtype)
             if need_x or need_weight:
                 sum_g_xhat = _sum_g_xhat(grad, x, fields, mean, invstd, sum_g)
@@ -257,7 +250,7 @@ class _FieldScaleShift(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, scale, shift, field_size):
         fields = _Fields(x, field_size)
-        with _autocast_off(x.device.type):
+        with autocast_off(x.device.type):
             out = _scale_shift(x, fields, scale, shift, x.dtype)
         ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, scale)
         ctx.fields, ctx.x_dtype = fields, x.dtype
@@ -270,7 +263,7 @@ class _FieldScaleShift(torch.autograd.Function):
         fields = ctx.fields
         need_x, need_scale, need_shift = ctx.needs_input_grad[:3]
         grad_x = grad_scale = grad_shift = None
-        with _autocast_off(grad.device.type):
+        with autocast_off(grad.device.type):
             if need_x:
                 out = torch.empty_like(grad, dtype=ctx.x_dtype)
                 grad_x = torch.mul(grad, fields.per_channel(scale), out=out)

@@ -115,3 +115,35 @@ def test_bad_inputs():
     bad[2] = torch.randn(2, 60, 4, 4)
     with pytest.raises(ValueError, match=r"inputs\[2\] must be a \(N, 64, H, W\) tensor; got \(2, 60, 4, 4\)"):
         neck(bad)
+
+
+
+def test_nearest_upsampling_stays_in_16_bits_under_autocast():
+    """CUDA autocast upsamples in float32, which would make every sum of the top-down path, down
+    to the largest map, float32. Nearest upsampling only copies values, so it runs in the maps'
+    dtype: no float32 map is made, and the outputs are those of float32 upsampling up to the
+    16-bit rounding of the sums."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    neck = ReFPN(TINY_IN, 32, num_outs=5).to(device).train()
+    inputs = [x.to(device, torch.float16) for x in pyramid(TINY_IN, 128)]
+
+    class Float32Maps(TorchDispatchMode):
+        made = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if (isinstance(out, torch.Tensor) and out.dim() == 4 and out.shape[:2] == (2, 32)
+                    and out.dtype == torch.float32):
+                self.made.append((func.overloadpacket.__name__, tuple(out.shape)))
+            return out
+
+    with torch.autocast(device, dtype=torch.float16):
+        with Float32Maps() as record:
+            ours = neck(inputs)
+        neck._upsampled = lambda coarse, fine: torch.nn.functional.interpolate(
+            coarse.float(), size=fine.shape[2:], mode="nearest")
+        float32_upsampling = neck(inputs)
+    assert record.made == []
+    for a, b in zip(ours, float32_upsampling):
+        assert a.dtype == torch.float16 and rel_err(a.float(), b.float()) < 2e-3

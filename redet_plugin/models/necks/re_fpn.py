@@ -11,12 +11,13 @@ from typing import List, Sequence, Tuple, Union
 
 import torch.nn.functional as F
 from mmengine.model import BaseModule
-from torch import nn
+from torch import Tensor, nn
 
 from mmdet.registry import MODELS
 
 from redet_plugin.utils.registration import register
 
+from ..autocast_off import autocast_off
 from ..equivariant import NUM_ORIENTATIONS, EquivariantNetwork, r2conv, regular_type, to_plain
 
 
@@ -110,11 +111,7 @@ class ReFPN(EquivariantNetwork, BaseModule):
         wrapped = {i: self.wrap_input(inputs[i], self.in_types[i], f"inputs[{i}]") for i in levels}
         laterals = [to_plain(conv(wrapped[i])) for conv, i in zip(self.lateral_convs, levels)]
         for i in range(len(laterals) - 1, 0, -1):
-            if "scale_factor" in self.upsample_cfg:
-                upsampled = F.interpolate(laterals[i], **self.upsample_cfg)
-            else:
-                upsampled = F.interpolate(laterals[i], size=laterals[i - 1].shape[2:], **self.upsample_cfg)
-            laterals[i - 1] = laterals[i - 1] + upsampled
+            laterals[i - 1] = laterals[i - 1] + self._upsampled(laterals[i], laterals[i - 1])
         outs: List = [to_plain(conv(self.wrap(lat, self.out_type))) for conv, lat in zip(self.fpn_convs, laterals)]
 
         if not self.add_extra_convs:
@@ -131,6 +128,15 @@ class ReFPN(EquivariantNetwork, BaseModule):
                 x = conv(x)
                 outs.append(to_plain(x))
         return tuple(outs)
+
+    def _upsampled(self, coarse: Tensor, fine: Tensor) -> Tensor:
+        size = {} if "scale_factor" in self.upsample_cfg else dict(size=fine.shape[2:])
+        if self.upsample_cfg.get("mode", "nearest") != "nearest":
+            return F.interpolate(coarse, **size, **self.upsample_cfg)
+        # Nearest upsampling copies values: exact in any dtype. CUDA autocast would run it in
+        # float32, and every sum below it, down to the largest map, would be float32 too.
+        with autocast_off(coarse.device.type):
+            return F.interpolate(coarse, **size, **self.upsample_cfg)
 
 
 def _rename_mmrotate_keys(fpn: ReFPN, state_dict, prefix, *_args) -> None:
