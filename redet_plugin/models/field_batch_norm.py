@@ -12,8 +12,9 @@ through the statistics.
 
 On CUDA the passes are torch's SyncBatchNorm kernels (_SyncBatchNormKernels): one kernel each
 for the per-channel statistics (for 16-bit channels-last maps, cuDNN's: _channel_stats), their
-per-field combination, the normalisation, the backward sums and the input gradient. Elsewhere (and for parameters in another dtype than the statistics)
-they are torch reductions and elementwise ops (_BatchStatisticsNorm).
+per-field combination, the normalisation, the backward sums and the input gradient. Elsewhere
+(and for parameters in another dtype than the statistics) they are torch reductions and
+elementwise ops (_BatchStatisticsNorm).
 
 FieldBatchNorm is an InnerBatchNorm: same constructor, submodules, parameters and buffers (its
 BatchNorm3d `batch_norm_[s]` hold them and their settings: momentum, eps, track_running_stats,
@@ -217,9 +218,9 @@ class _SyncBatchNormKernels(torch.autograd.Function):
 
 def _channel_stats(x: torch.Tensor, eps: float):
     """Per-channel mean and 1 / sqrt(biased variance + eps) of x, float32 for fp16/bf16 x:
-    torch.batch_norm_stats, or for 16-bit channels-last maps cuDNN's training batch norm, whose
-    NHWC kernels read the map several times faster than batch_norm_stats' Welford kernel (which
-    runs no faster on 16-bit maps than on float32 ones). cuDNN's normalised output is dropped."""
+    torch.batch_norm_stats, or for 16-bit channels-last maps cuDNN's training batch norm (its
+    normalised output is dropped). batch_norm_stats' channels-last Welford kernel is bound by its
+    arithmetic, not by memory: it takes as long on a 16-bit map as on a float32 one."""
     if (x.element_size() == 2 and eps >= _CUDNN_MIN_EPS and _is_channels_last(x)
             and torch.backends.cudnn.is_acceptable(x)):
         channels = x.shape[1]
