@@ -43,6 +43,7 @@ with --budget-s no run starts (and no process outlives) the budget, so a cut cal
 (repo root; benchmarks/detector/detector_vs_mmrotate.sh runs it on the GPU machine.)
 """
 import argparse
+import functools
 import glob
 import importlib.util
 import json
@@ -394,7 +395,9 @@ def time_left(args, deadline):
                                                             int(deadline - time.time())))
 
 
-def bench_run(run, args, config, gpus, deadline):
+def bench_run(run, args, config, gpus, deadline, save):
+    """One run's results; `save(partial)` keeps them before the captured run's eager test (a
+    call cut during it keeps the run's training and test)."""
     if run == 'ours_dist2' and gpus < 2:
         return dict(skipped=f'{gpus} GPU(s): dist_train.sh on 2 GPUs needs 2')
     if run.startswith('mmrotate') and mmrotate_tools() is None:
@@ -423,6 +426,7 @@ def bench_run(run, args, config, gpus, deadline):
     print(f"{run}: {result['train']['median_iter_time_s']:.4f} s/iter, "
           f"{result['test']['s_per_image']} s/image, mAP {result['test']['mAP50']}", flush=True)
     if run == CAPTURED:  # the same checkpoint, tested eagerly (one run answers that goal)
+        save(result)
         eager_dir = test_dir + '_eager'
         eager_cmd = eager_predict_command(test_cmd, test_dir, eager_dir)
         shutil.rmtree(eager_dir, ignore_errors=True)
@@ -561,22 +565,26 @@ def main(argv=None):
                       resize=args.resize or 1024, data_root=args.data_root, images=images,
                       roi_layers={name: roi_layers(path) for name, path in configs.items()}),
         runs={})
+    def save(run, outcome):  # after every run: a cut call keeps the finished runs
+        result['runs'][run] = outcome
+        result.update(comparison(result['runs'], args), wall_s=round(time.time() - start))
+        with open(args.out, 'w') as f:
+            json.dump(result, f, indent=1)
+
     for run in args.runs:
         left = None if deadline is None else deadline - time.time()
         if left is not None and left < MIN_RUN_S:
-            result['runs'][run] = dict(skipped=f'budget: {left:.0f} s left of --budget-s')
+            outcome = dict(skipped=f'budget: {left:.0f} s left of --budget-s')
         else:
             config = configs[run if run.startswith('mmrotate') else
                              'ours_profile' if run in PROFILE_RUNS else 'ours']
-            result['runs'][run] = bench_run(run, args, config, gpus, deadline)
-        outcome = result['runs'][run]
+            outcome = bench_run(run, args, config, gpus, deadline,
+                                functools.partial(save, run))
         if 'error' in outcome:
             print(f"{run}: {outcome['error']}\n{outcome['log_tail']}", flush=True)
         elif 'skipped' in outcome:
             print(f"{run}: skipped ({outcome['skipped']})", flush=True)
-        result.update(comparison(result['runs'], args), wall_s=round(time.time() - start))
-        with open(args.out, 'w') as f:  # after every run: a cut call keeps the finished runs
-            json.dump(result, f, indent=1)
+        save(run, outcome)
     print(json.dumps(dict(ratios=result['ratios'], goals=result['goals'],
                           notes=result['notes']), indent=1))
 

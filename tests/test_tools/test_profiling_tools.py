@@ -119,3 +119,27 @@ def test_kernels_go_to_the_innermost_part_holding_their_launch():
     points = [5, 20, 65, 80, 150, 110, 40]
     assert profile_detector.innermost_range(points, ranges) == [
         'forward', 'backbone', 'rpn assign', 'rpn loss', 'backward heads', 'other', 'backbone']
+
+
+def test_the_captured_run_is_kept_before_its_eager_test(monkeypatch, tmp_path):
+    """A call cut during the captured run's eager test keeps that run's training and test."""
+    from types import SimpleNamespace
+
+    import benchmarks.detector.bench_detector_vs_mmrotate as bench
+    launched, kept = [], []
+    monkeypatch.setattr(bench, 'commands', lambda run, config, work_dir, test_dir, iters: (
+        ['train'], ['test', test_dir], {}))
+
+    def run_logged(cmd, *args, **kwargs):
+        launched.append(cmd[0])
+        return 0, 1.0  # (rc, wall s)
+    monkeypatch.setattr(bench, 'run_logged', run_logged)
+    monkeypatch.setattr(bench, 'train_summary', lambda *a: dict(median_iter_time_s=0.04))
+    monkeypatch.setattr(bench, 'test_summary', lambda d: dict(s_per_image=0.01, mAP50=0.5))
+    args = SimpleNamespace(work_root=str(tmp_path), log_dir=str(tmp_path), iters=2, skip=1,
+                           timeout=10)
+    result = bench.bench_run(bench.CAPTURED, args, 'config.py', 1, None,
+                             lambda outcome: kept.append((list(launched), dict(outcome))))
+    assert [k[0] for k in kept] == [['train', 'test']]  # kept once, before the eager test
+    assert kept[0][1]['test']['mAP50'] == 0.5 and 'test_eager_predict' not in kept[0][1]
+    assert launched == ['train', 'test', 'test'] and result['test_eager_predict']['mAP50'] == 0.5
