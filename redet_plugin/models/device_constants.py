@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["capturing", "constant", "full"]
+__all__ = ["capturing", "constant", "full", "kept_in"]
 
 
 def capturing(device: torch.device) -> bool:
@@ -34,6 +34,19 @@ def full(size: int, value: float, dtype: torch.dtype, device) -> Tensor:
     if capturing(device):
         return torch.full((size,), value, dtype=dtype, device=device)
     return _kept_full(size, value, dtype, device)
+
+
+def kept_in(cache: dict, key, max_size: int, make, device):
+    """cache[key], made by make() when missing and kept (the oldest key dropped beyond
+    max_size), except when made under graph capture."""
+    value = cache.get(key)
+    if value is None:
+        value = make()
+        if not capturing(device):
+            if len(cache) >= max_size:
+                cache.pop(next(iter(cache)))
+            cache[key] = value
+    return value
 
 
 @functools.lru_cache(maxsize=512)  # (a few per model, map size and dtype)

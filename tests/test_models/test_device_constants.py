@@ -32,3 +32,18 @@ def test_no_copy_from_the_host(monkeypatch):
         raise AssertionError("torch.tensor: a copy from the host")
     monkeypatch.setattr(torch, "tensor", refuse)
     assert constant((5.0, 6.0, 5.0), torch.float32, "cpu").tolist() == [5.0, 6.0, 5.0]
+
+
+def test_kept_in_a_bounded_cache_unless_capturing(monkeypatch):
+    cache, made = {}, []
+
+    def make(v):
+        return lambda: made.append(v) or torch.tensor([v])
+    from redet_plugin.models.device_constants import kept_in
+    a = kept_in(cache, "a", 2, make(1.0), "cpu")
+    assert kept_in(cache, "a", 2, make(9.0), "cpu") is a and made == [1.0]
+    kept_in(cache, "b", 2, make(2.0), "cpu")
+    kept_in(cache, "c", 2, make(3.0), "cpu")  # drops the oldest, "a"
+    assert list(cache) == ["b", "c"]
+    monkeypatch.setattr(device_constants, "capturing", lambda device: True)
+    assert kept_in(cache, "d", 2, make(4.0), "cpu").tolist() == [4.0] and list(cache) == ["b", "c"]

@@ -33,7 +33,7 @@ from torch import Tensor
 from redet_plugin.ops import nms_keep_mask
 from redet_plugin.utils.registration import register
 
-from ..device_constants import capturing
+from ..device_constants import kept_in
 from ..layers.multiclass_nms import kept_first, nms_arguments
 from ..task_modules.fixed_size_sampler import check_random_sampler, sample_masks
 from ..task_modules.max_iou_assigner import MaxIoUAssigner
@@ -62,36 +62,25 @@ class RPNHead(MMDetRPNHead):
     def anchors(self, featmap_sizes: Sequence[Tuple[int, int]], dtype: torch.dtype,
                 device: torch.device) -> List[Tensor]:
         """The anchors of each level (mmdet's grid_priors), built once per key."""
-        key = (tuple(tuple(int(v) for v in size) for size in featmap_sizes), dtype,
-               torch.device(device))
-        anchors = self._anchor_cache.get(key)
-        if anchors is None:
-            if len(self._anchor_cache) >= _ANCHOR_CACHE_SIZE:
-                self._anchor_cache.pop(next(iter(self._anchor_cache)))
-            anchors = self.prior_generator.grid_priors(featmap_sizes, dtype=dtype, device=device)
-            if not capturing(device):  # (device_constants says why)
-                self._anchor_cache[key] = anchors
-        return anchors
+        key = (_sizes(featmap_sizes), dtype, torch.device(device))
+        return kept_in(self._anchor_cache, key, _ANCHOR_CACHE_SIZE, lambda: (
+            self.prior_generator.grid_priors(featmap_sizes, dtype=dtype, device=device)), device)
 
     def _inside_flags(self, anchors: Tensor, featmap_sizes, img_meta: dict) -> Tensor:
         """mmdet's valid flags and anchor_inside_flags of the anchors: kept per feature-map
         size, pad shape and image shape (the same tensor every step of a size), except when
         first made under graph capture (device_constants says why)."""
-        key = (tuple(tuple(int(v) for v in size) for size in featmap_sizes),
-               tuple(img_meta['pad_shape'][:2]), tuple(img_meta['img_shape'][:2]), anchors.device)
-        inside = self._inside_cache.get(key)
-        if inside is None:
+        key = (_sizes(featmap_sizes), tuple(img_meta['pad_shape'][:2]),
+               tuple(img_meta['img_shape'][:2]), anchors.device)
+
+        def make():
             valid_flags = torch.cat(self.prior_generator.valid_flags(
                 featmap_sizes, img_meta['pad_shape'], anchors.device))
             # mmdet raises when no anchor is inside the image (a host wait); here such an image
             # draws nothing and adds nothing to the loss
-            inside = anchor_inside_flags(anchors, valid_flags, img_meta['img_shape'][:2],
-                                         self.train_cfg['allowed_border'])
-            if not capturing(anchors.device):
-                if len(self._inside_cache) >= _INSIDE_CACHE_SIZE:
-                    self._inside_cache.pop(next(iter(self._inside_cache)))
-                self._inside_cache[key] = inside
-        return inside
+            return anchor_inside_flags(anchors, valid_flags, img_meta['img_shape'][:2],
+                                       self.train_cfg['allowed_border'])
+        return kept_in(self._inside_cache, key, _INSIDE_CACHE_SIZE, make, anchors.device)
 
     # ----- training targets and losses -----
 
@@ -228,6 +217,10 @@ class RPNHead(MMDetRPNHead):
                 bboxes=boxes[img, rows], scores=scores[img, rows],
                 labels=rows.new_zeros(rows.shape), valid=valid[img]))
         return results
+
+
+def _sizes(featmap_sizes) -> tuple:
+    return tuple(tuple(int(v) for v in size) for size in featmap_sizes)
 
 
 def _flatten_levels(maps: List[Tensor], channels: int, num_imgs: int) -> Tensor:
