@@ -104,6 +104,27 @@ def test_the_captured_test_map_goal_compares_the_same_checkpoint_tested_eagerly(
     assert goals['captured_test_map_within_0_002_of_eager'] is met
 
 
+@pytest.mark.parametrize('amp_cl_step, met', [(0.0280, True), (0.0290, False)])
+def test_the_captured_goals_compare_with_mmrotate_and_the_fp32_captured_step(amp_cl_step, met):
+    from types import SimpleNamespace
+
+    from benchmarks.detector.bench_detector_vs_mmrotate import comparison
+
+    def run(step, image, reserved):
+        return dict(train=dict(median_iter_time_s=step, peak_cuda_memory=dict(
+            reserved_mb=reserved)), test=dict(s_per_image=image))
+    runs = dict(mmrotate=run(0.25, 0.07, 5700), ours_graph_cl=run(0.042, 0.0180, 5500),
+                ours_graph_amp_cl=run(amp_cl_step, 0.0120, 3300))
+    goals = comparison(runs, SimpleNamespace(iters=60, min_iters_for_map=1000))['goals']
+    assert goals['train_captured_at_least_5x_mmrotate'] is True   # 5.95x
+    assert goals['test_captured_at_least_4x_mmrotate_per_image'] is False  # 3.89x
+    assert goals['train_captured_peak_memory_not_above_mmrotate'] is True
+    assert goals['amp_captured_at_least_1_5x_fp32'] is met  # 1.50x / 1.45x
+    del runs['ours_graph_amp_cl']
+    goals = comparison(runs, SimpleNamespace(iters=60, min_iters_for_map=1000))['goals']
+    assert goals['amp_captured_at_least_1_5x_fp32'] is None
+
+
 def test_device_idle_splits_launch_gaps_from_waits():
     # (us) two overlapping kernels, a 5 us launch gap, a 100 us wait, a 20 us gap (launch)
     spans = [(200, 230), (0, 10), (5, 15), (20, 80), (180, 200), (250, 260)]
