@@ -115,14 +115,32 @@ def test_the_captured_goals_compare_with_mmrotate_and_the_fp32_captured_step(amp
             reserved_mb=reserved)), test=dict(s_per_image=image))
     runs = dict(mmrotate=run(0.25, 0.07, 5700), ours_graph_cl=run(0.042, 0.0180, 5500),
                 ours_graph_amp_cl=run(amp_cl_step, 0.0120, 3300))
+    runs['mmrotate']['test']['model_s_per_image'] = 0.066
+    runs['ours_graph_cl']['test']['model_s_per_image'] = 0.012
     goals = comparison(runs, SimpleNamespace(iters=60, min_iters_for_map=1000))['goals']
     assert goals['train_captured_at_least_5x_mmrotate'] is True   # 5.95x
     assert goals['test_captured_at_least_4x_mmrotate_per_image'] is False  # 3.89x
+    assert goals['test_captured_model_at_least_5x_mmrotate_per_image'] is True  # 5.5x
     assert goals['train_captured_peak_memory_not_above_mmrotate'] is True
     assert goals['amp_captured_at_least_1_5x_fp32'] is met  # 1.50x / 1.45x
     del runs['ours_graph_amp_cl']
     goals = comparison(runs, SimpleNamespace(iters=60, min_iters_for_map=1000))['goals']
     assert goals['amp_captured_at_least_1_5x_fp32'] is None
+
+
+def test_test_summary_reads_the_models_time_without_the_wait_for_data(tmp_path):
+    from benchmarks.detector.bench_detector_vs_mmrotate import test_summary
+    run = tmp_path / 'test' / '20261203_000000'
+    run.mkdir(parents=True)
+    lines = [f'12/03 00:00:0{i} - mmengine - INFO - Epoch(test) [{10 * i}/30]    eta: 0:00:01  '
+             f'time: {t:.4f}  data_time: {d:.4f}  memory: {m}'
+             for i, (t, d, m) in enumerate([(0.5, 0.4, 100), (0.0120, 0.0020, 300),
+                                            (0.0110, 0.0005, 200)], start=1)]
+    (run / '20261203_000000.log').write_text('\n'.join(lines) + '\n')
+    summary = test_summary(str(tmp_path / 'test'))
+    assert summary['s_per_image'] == pytest.approx(0.0115)  # the first window is warm-up
+    assert summary['model_s_per_image'] == pytest.approx((0.0100 + 0.0105) / 2)
+    assert summary['peak_memory_mb'] == 300
 
 
 def test_device_idle_splits_launch_gaps_from_waits():
