@@ -292,6 +292,15 @@ def detector_vs_mmrotate(path, d):
              f"(the process's peak; a CUDA graph's pool is reserved, not allocated). Packages: "
              f"{packages}.")
     after = amp_and_layout_ratios(runs)
+    base_model = base.get('test', {}).get('model_s_per_image')
+    model_times = [f"{DETECTOR_RUNS.get(name, name)} {num(run['test']['model_s_per_image'])} "
+                   f"({ratio(base_model, run['test']['model_s_per_image'])})"
+                   for name, run in runs.items() if name != 'mmrotate'
+                   and run.get('test', {}).get('model_s_per_image') is not None]
+    if base_model is not None and model_times:
+        after.append(f"The model's time per test image (the logged time less mmengine's "
+                     f"`data_time`, the wait for data): mmrotate {num(base_model)} s; "
+                     + '; '.join(model_times) + '.')
     for name, run in runs.items():
         test, eager = run.get('test', {}), run.get('test_eager_predict', {})
         if test.get('mAP50') is not None and eager.get('mAP50') is not None:

@@ -56,6 +56,20 @@ def test_page_follows_the_data(tmp_path):
     assert '| 0.500 / ' in summary_block(text) and '3.50× / ' in summary_block(text)
 
 
+def test_the_models_test_time_is_compared_with_mmrotates_where_recorded(tmp_path):
+    results = tmp_path / 'results'
+    shutil.copytree(RESULTS, results)
+    path = results / 'detector_vs_mmrotate_h200.json'
+    data = json.loads(path.read_text())
+    data['runs']['mmrotate']['test']['model_s_per_image'] = 0.088
+    data['runs']['ours_graph_cl']['test']['model_s_per_image'] = 0.011
+    path.write_text(json.dumps(data))
+    run, text = generate(tmp_path, results)
+    assert run.returncode == 0, run.stderr
+    line = next(line for line in text.splitlines() if line.startswith("The model's time"))
+    assert 'mmrotate 0.0880 s' in line and '0.0110 (8.00×)' in line
+
+
 def test_unread_or_duplicate_results_are_errors(tmp_path):
     results = tmp_path / 'results'
     shutil.copytree(RESULTS, results)
