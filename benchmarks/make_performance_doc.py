@@ -292,11 +292,10 @@ def detector_vs_mmrotate(path, d):
              f"(the process's peak; a CUDA graph's pool is reserved, not allocated). Packages: "
              f"{packages}.")
     after = amp_and_layout_ratios(runs)
-    base_model = base.get('test', {}).get('model_s_per_image')
-    model_times = [f"{DETECTOR_RUNS.get(name, name)} {num(run['test']['model_s_per_image'])} "
-                   f"({ratio(base_model, run['test']['model_s_per_image'])})"
-                   for name, run in runs.items() if name != 'mmrotate'
-                   and run.get('test', {}).get('model_s_per_image') is not None]
+    model_time = {name: run.get('test', {}).get('model_s_per_image') for name, run in runs.items()}
+    base_model = model_time.pop('mmrotate', None)
+    model_times = [f"{DETECTOR_RUNS.get(name, name)} {num(t)} ({ratio(base_model, t)})"
+                   for name, t in model_time.items() if t is not None]
     if base_model is not None and model_times:
         after.append(f"The model's time per test image (the logged time less mmengine's "
                      f"`data_time`, the wait for data): mmrotate {num(base_model)} s; "
