@@ -7,9 +7,13 @@ the benchmarks. Needs torch only (no mm import), like redet_plugin.ops.
   memory layout (each such op converts a layout or takes a slow strided path);
 - hole_case, exact_hole_case (HOLE_KINDS): flows whose depth-aware projection leaves large holes,
   and flows whose projection is exact in any summation order."""
+import functools
+import importlib.util
+import os.path as osp
 import traceback
 import warnings
 from collections import Counter
+from typing import Optional
 
 import torch
 
@@ -28,23 +32,45 @@ def channels_last_at_offset(x, offset):
 
 
 SYNC_LIBRARIES = ('redet_plugin', 'mmdet', 'mmcv', 'mmengine', 'mmrotate', 'e2cnn')
+_THIS_FILE = osp.realpath(__file__)
+
+
+@functools.lru_cache(maxsize=None)
+def _library_roots() -> tuple:
+    """(package folder + separator, library name) of each installed SYNC_LIBRARIES package, from
+    its import spec (nothing imported). A frame belongs to a library when its file lies under the
+    package's own folder: a checkout's folder may carry a library's name too."""
+    roots = []
+    for lib in SYNC_LIBRARIES:
+        try:
+            spec = importlib.util.find_spec(lib)
+        except (ImportError, ValueError):
+            spec = None
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            roots.append((osp.join(osp.realpath(folder), ''), lib))
+    return tuple(roots)
+
+
+@functools.lru_cache(maxsize=4096)
+def _library_path(filename: str) -> Optional[str]:
+    """'lib/relative/path.py' of a file inside a SYNC_LIBRARIES package, else None."""
+    path = osp.realpath(filename)
+    for root, lib in _library_roots():
+        if path.startswith(root):
+            return lib + '/' + path[len(root):]
+    return None
 
 
 def _call_site(stack):
     """The innermost frame in a library of SYNC_LIBRARIES (the one that asked), as
     'module:line func', and the chain of such frames that led there (outermost first, at most
     6)."""
-    frames = [f for f in stack if any(f'/{lib}/' in f.filename for lib in SYNC_LIBRARIES)]
+    frames = [f for f in stack if _library_path(f.filename)]
     if not frames:
         frames = stack[-1:]
 
     def name(frame):
-        path = frame.filename
-        for lib in SYNC_LIBRARIES:
-            if f'/{lib}/' in path:
-                path = lib + '/' + path.split(f'/{lib}/', 1)[1]
-                break
-        return f'{path}:{frame.lineno} {frame.name}'
+        return f'{_library_path(frame.filename) or frame.filename}:{frame.lineno} {frame.name}'
     return name(frames[-1]), [name(f) for f in frames[-6:]]
 
 
@@ -117,10 +143,9 @@ def record_layout_mixes(fn, batch_size):
                     found[key] += 1
                     if key not in sites:
                         stack = [f for f in traceback.extract_stack()
-                                 if not f.filename.endswith('redet_plugin/testing.py')]
+                                 if osp.realpath(f.filename) != _THIS_FILE]
                         sites[key] = (_call_site(stack)[0] if any(
-                            f'/{lib}/' in f.filename for f in stack for lib in SYNC_LIBRARIES)
-                            else '')
+                            _library_path(f.filename) for f in stack) else '')
             return out
 
     with Recorder():

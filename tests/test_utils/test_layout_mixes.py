@@ -39,3 +39,21 @@ def test_a_step_kept_channels_last_mixes_nothing():
         ((z * z).sum() + y.sum()).backward()
     # (the NCHW weights are not maps: their first dimension is not the batch size)
     assert record_layout_mixes(step, batch_size=2) == []
+
+
+def test_frames_are_named_by_the_packages_own_folders(tmp_path):
+    """A checkout whose folder carries a library's name (a clone into `redet_plugin/`) holds no
+    library frame: only files inside an imported package's own folder are named after it."""
+    import os.path as osp
+    import traceback
+
+    import redet_plugin
+    from redet_plugin.testing import _call_site, _library_path
+    package_file = osp.join(osp.dirname(redet_plugin.__file__), 'ops', 'roi_pool.py')
+    assert _library_path(package_file) == 'redet_plugin/ops/roi_pool.py'
+    look_alike = tmp_path / 'redet_plugin' / 'tests' / 'test_x.py'
+    assert _library_path(str(look_alike)) is None
+    stack = [traceback.FrameSummary(str(look_alike), 3, 'test_x'),
+             traceback.FrameSummary(package_file, 40, 'roi_pool')]
+    assert _call_site(stack) == ('redet_plugin/ops/roi_pool.py:40 roi_pool',
+                                 ['redet_plugin/ops/roi_pool.py:40 roi_pool'])

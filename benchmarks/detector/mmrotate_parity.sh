@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# On the GPU machine, after benchmarks/device_run.sh "" "" "" (same call): trains mmrotate's ReDet
+# with its own tools on synthetic 1024² DOTA data (bench_detector_vs_mmrotate --runs mmrotate,
+# which also tests it with mmrotate's tools/test.py), tests that checkpoint with our tools/test.py
+# and the mmrotate-compatible config, then compares the two test forwards stage by stage
+# (mmrotate_parity.py). Options: ITERS (200), NUM_TRAIN (200), NUM_VAL (60), IMAGES (20).
+set -uo pipefail
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+ITERS="${ITERS:-200}"; NUM_TRAIN="${NUM_TRAIN:-200}"; NUM_VAL="${NUM_VAL:-60}"; IMAGES="${IMAGES:-20}"
+[ -d /tmp/site ] && export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
+export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
+DATA="$PWD/data/synthetic_dota_1024"; WORK="$PWD/work_dirs/parity"
+python3 -m benchmarks.detector.bench_detector_vs_mmrotate --runs mmrotate --iters "$ITERS" \
+  --skip 20 --num-train "$NUM_TRAIN" --num-val "$NUM_VAL" --data-root "$DATA" \
+  --work-root "$WORK" --out "$OUT/mmrotate_run.json" --log-dir "$OUT/bench_logs" > "$OUT/bench.log" 2>&1
+echo "mmrotate run rc=$?"; tail -5 "$OUT/bench.log"
+CKPT="$WORK/mmrotate/iter_$ITERS.pth"; THEIR_CONFIG="$OUT/bench_logs/configs/mmrotate.py"
+cat > "$OUT/ours_test.py" <<EOF
+_base_ = ['$PWD/configs/redet/redet-le90_re50_refpn_mmrotate-compat_1x_dota.py']
+test_dataloader = dict(dataset=dict(data_root='$DATA/', ann_file='val/labelTxt/',
+    data_prefix=dict(img_path='val/images/'), pipeline=_base_.val_pipeline))
+test_evaluator = _base_.val_evaluator
+EOF
+python3 tools/test.py "$OUT/ours_test.py" "$CKPT" --work-dir "$WORK/ours_test" > "$OUT/ours_test.log" 2>&1
+echo "our test rc=$?"; grep -E "mAP|dota/" "$OUT/ours_test.log" | tail -3
+grep -E "mAP" "$OUT/bench_logs/test_mmrotate.log" | tail -2
+python3 -m benchmarks.detector.mmrotate_parity --mmrotate-config "$THEIR_CONFIG" --checkpoint "$CKPT" \
+  --our-config "$OUT/ours_test.py" --images "$IMAGES" --out "$OUT/parity.json" "$@" 2>&1 | tee "$OUT/parity.log" | grep -v Warning
+tar -czf "$OUT/parity_logs.tar.gz" -C "$OUT" bench_logs ours_test.log bench.log 2>/dev/null; rm -rf "$OUT/bench_logs"
