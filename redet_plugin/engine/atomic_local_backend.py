@@ -1,0 +1,51 @@
+"""A local file backend whose writes are atomic, for checkpoints that survive a kill.
+
+mmengine's LocalBackend opens the final path and writes into it: a run killed while a checkpoint
+is written leaves a truncated file under the checkpoint's name, and `last_checkpoint` may then
+name it, so `--resume` fails on it. Here every write goes to a temporary file in the same folder,
+is flushed to disk, and is renamed onto the final name (os.replace is atomic on one file system):
+a reader sees the old file or the whole new one, never a part.
+
+The configs name it in the checkpoint hook: `default_hooks.checkpoint.backend_args =
+dict(backend='redet_atomic_local')`; mmengine's CheckpointHook then saves checkpoints and
+writes `last_checkpoint` through it.
+"""
+import os
+import os.path as osp
+import tempfile
+from pathlib import Path
+from typing import Union
+
+from mmengine.fileio import LocalBackend, register_backend
+
+BACKEND_NAME = 'redet_atomic_local'
+
+
+def atomic_write(data: bytes, filepath: Union[str, Path]) -> None:
+    """Writes `data` to `filepath` through a temporary file renamed onto it."""
+    folder = osp.dirname(osp.abspath(filepath))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{osp.basename(filepath)}.', suffix='.part')
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, filepath)
+    except BaseException:
+        if osp.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+class AtomicLocalBackend(LocalBackend):
+    """LocalBackend whose put and put_text replace the file whole (atomic_write)."""
+
+    def put(self, obj: bytes, filepath: Union[str, Path]) -> None:
+        atomic_write(obj, filepath)
+
+    def put_text(self, obj: str, filepath: Union[str, Path], encoding: str = 'utf-8') -> None:
+        atomic_write(obj.encode(encoding), filepath)
+
+
+register_backend(BACKEND_NAME, AtomicLocalBackend, force=True)
