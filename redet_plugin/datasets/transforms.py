@@ -7,7 +7,7 @@ image are dropped together with their labels and ignore flags.
 """
 import math
 import random
-from typing import Sequence
+from typing import Optional, Sequence
 
 import cv2
 import numpy as np
@@ -92,13 +92,21 @@ class RandomRotate(BaseTransform):
     from [-max_angle, max_angle] degrees (positive = clockwise), keeping its size.
 
     Uncovered corners get `pad_val`. Objects whose centre leaves the image are dropped.
+    `rect_obj_labels`: labels of objects annotated as upright rectangles whatever they look like
+    (DOTA's storage-tank 9 and roundabout 11); an image holding any of them is turned by a
+    multiple of 90 degrees only (drawn from 90, 180, -90, -180), as mmrotate's RandomRotate
+    does, so that their boxes stay upright.
     """
 
+    RECT_ANGLES = (90.0, 180.0, -90.0, -180.0)
+
     def __init__(self, prob: float = 0.5, max_angle: float = 180.0, pad_val: float = 0,
-                 interpolation: str = 'bilinear') -> None:
+                 interpolation: str = 'bilinear',
+                 rect_obj_labels: Optional[Sequence[int]] = None) -> None:
         _check_prob(prob, 'RandomRotate')
         if not 0 < max_angle <= 180:
             raise ValueError(f'RandomRotate: max_angle must be in (0, 180] degrees, got {max_angle}')
+        self.rect_obj_labels = None if rect_obj_labels is None else [int(k) for k in rect_obj_labels]
         flags = dict(nearest=cv2.INTER_NEAREST, bilinear=cv2.INTER_LINEAR, bicubic=cv2.INTER_CUBIC)
         if interpolation not in flags:
             raise ValueError(f'RandomRotate: interpolation must be one of {list(flags)}, got {interpolation!r}')
@@ -110,6 +118,9 @@ class RandomRotate(BaseTransform):
             return results
         boxes = _rotated_boxes(results, 'RandomRotate')
         angle = random.uniform(-self.max_angle, self.max_angle)
+        labels = results.get('gt_bboxes_labels')
+        if self.rect_obj_labels and labels is not None and np.isin(np.asarray(labels), self.rect_obj_labels).any():
+            angle = random.choice(self.RECT_ANGLES)
         img = results['img']
         height, width = img.shape[:2]
         # OpenCV: positive angle = counter-clockwise on screen, rotation about pixel-index centre.
@@ -125,4 +136,5 @@ class RandomRotate(BaseTransform):
 
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(prob={self.prob}, max_angle={self.max_angle}, '
-                f'pad_val={self.pad_val}, interpolation={self.interpolation!r})')
+                f'pad_val={self.pad_val}, interpolation={self.interpolation!r}, '
+                f'rect_obj_labels={self.rect_obj_labels})')

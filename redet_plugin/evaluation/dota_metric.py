@@ -43,6 +43,15 @@ class DOTAMetric(BaseMetric):
     (True: difficult objects ignored, as DOTA's devkit; False: kept as ground truth, as
     mmrotate). The evaluation log names the rule in use.
 
+    Every figure equals mmrotate's DOTAMetric with the same options (its eval_mode is our
+    ap_method; tests/test_interop/test_mmrotate_metric_parity.py), up to rounding: mmrotate
+    rounds each APxx to 3 decimals, we round every figure to 4. One case differs, where mmrotate
+    departs from DOTA's devkit and mmdet's eval_map: on an image without any non-ignored ground
+    truth (of any class), mmrotate's get_cls_results drops the image's ignored objects too, so
+    detections of them count as false positives there; here they are ignored on every image.
+    Several figures at once (HRSC2016's VOC07 and VOC12 AP): a list of metrics with distinct
+    `prefix` (configs/_base_/datasets/hrsc.py).
+
     Args:
         iou_thrs: rotated-IoU threshold(s); 'mAP' is the mean of the per-threshold mAPs.
         ap_method: '11points' (VOC07, DOTA's default) or 'area'.
@@ -50,7 +59,9 @@ class DOTAMetric(BaseMetric):
         outfile_prefix: folder for DOTA Task1 submission files `Task1_<class>.txt`
             (lines `image_id score x1 y1 ... x4 y4`); None writes nothing.
         merge_patches: before writing, merge the detections of split patches
-            (`<image>__<rate>__<x>___<y>`) into their full image with rotated NMS (`nms_iou_thr`).
+            (`<image>__<rate>__<x>___<y>`, (x, y) in the image scaled by rate) into their full
+            image with rotated NMS (`nms_iou_thr`): boxes shifted by (x, y), then divided by
+            rate, so the patches of all rates of a multi-scale split merge into one image.
     Predictions: data samples with pred_instances.bboxes ((N, 5) tensor or RotatedBoxes), .scores,
     .labels; ground truth: gt_instances and ignored_instances (bboxes, labels) as mmdet's
     PackDetInputs makes them (load the annotations after Resize in the test pipeline so they
