@@ -1,13 +1,22 @@
-"""DOTA-format dataset, rotation transforms and the synthetic DOTA-format data set."""
-from .dota import (DOTA_V1_CLASSES, DOTAAnnotationError, DOTADataError, DOTAAnnotationWarning, DOTADataset,
-                   parse_dota_line)
+"""Rotated-box data sets (DOTA v1.0/v1.5/v2.0, HRSC2016, DIOR-R), rotation transforms and the
+synthetic data sets."""
+from .dior import DIOR_CLASSES, DIORAnnotationError, DIORDataset
+from .dota import (DOTA_V1_CLASSES, DOTA_V15_CLASSES, DOTA_V2_CLASSES, DOTAAnnotationError, DOTADataError,
+                   DOTAAnnotationWarning, DOTADataset, DOTAv15Dataset, DOTAv2Dataset, parse_dota_line)
 from .dota_split import cut_objects, pad_patch, patch_origins, patch_windows, split_dota, split_image
+from .hrsc import HRSC_CLASS_IDS, HRSC_CLASSES, HRSCAnnotationError, HRSCDataset
 from .patch_naming import parse_patch_id, patch_id
 from .synthetic import (SYNTHETIC_CLASSES, ensure_synthetic_dota, generate_synthetic_dota)
 from .synthetic_dataset import SyntheticDOTADataset
+from .synthetic_layouts import SYNTHETIC_DIOR_CLASSES, generate_synthetic_dior, generate_synthetic_hrsc
 from .transforms import RandomRotate, RandomRotate90
 
-__all__ = ['DOTADataset', 'SyntheticDOTADataset', 'DOTAAnnotationError', 'DOTADataError', 'DOTAAnnotationWarning', 'DOTA_V1_CLASSES', 'parse_dota_line',
+__all__ = ['DOTADataset', 'SyntheticDOTADataset', 'DOTAAnnotationError', 'DOTADataError', 'DOTAAnnotationWarning',
+           'DOTA_V1_CLASSES', 'parse_dota_line',
+           'DOTAv15Dataset', 'DOTAv2Dataset', 'DOTA_V15_CLASSES', 'DOTA_V2_CLASSES',
+           'HRSCDataset', 'HRSCAnnotationError', 'HRSC_CLASSES', 'HRSC_CLASS_IDS',
+           'DIORDataset', 'DIORAnnotationError', 'DIOR_CLASSES',
            'SYNTHETIC_CLASSES', 'generate_synthetic_dota', 'ensure_synthetic_dota',
+           'SYNTHETIC_DIOR_CLASSES', 'generate_synthetic_hrsc', 'generate_synthetic_dior',
            'RandomRotate', 'RandomRotate90', 'split_dota', 'split_image', 'cut_objects',
            'patch_origins', 'patch_windows', 'pad_patch', 'patch_id', 'parse_patch_id']

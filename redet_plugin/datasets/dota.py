@@ -1,4 +1,5 @@
-"""DOTA-format dataset: one image + one txt of `x1 y1 x2 y2 x3 y3 x4 y4 class difficulty` lines.
+"""DOTA-format dataset: one image + one txt of `x1 y1 x2 y2 x3 y3 x4 y4 class difficulty` lines
+(DOTA-v1.0, and DOTA-v1.5 / v2.0 with their own class tables).
 
 Each instance's 'bbox' is the le90 rotated box (cx, cy, w, h, theta) of the annotated
 quadrilateral (minimum-area rectangle), so mmdet's `LoadAnnotations(box_type='redet_rbox')` loads it as
@@ -22,6 +23,8 @@ from ..structures import qbox2rbox
 DOTA_V1_CLASSES = ('plane', 'baseball-diamond', 'bridge', 'ground-track-field', 'small-vehicle',
                    'large-vehicle', 'ship', 'tennis-court', 'basketball-court', 'storage-tank',
                    'soccer-ball-field', 'roundabout', 'harbor', 'swimming-pool', 'helicopter')
+DOTA_V15_CLASSES = DOTA_V1_CLASSES + ('container-crane',)
+DOTA_V2_CLASSES = DOTA_V15_CLASSES + ('airport', 'helipad')
 HEADER_PREFIXES = ('imagesource:', 'gsd:')
 
 
@@ -218,3 +221,21 @@ class DOTADataset(BaseDetDataset):
             raise DOTADataError(f'DOTADataset: no image in {self.ann_file!r} has an object that is '
                                 f'not difficult (ignored); set ignore_difficult=False to train on them')
         return kept
+
+
+@register(DATASETS)
+class DOTAv15Dataset(DOTADataset):
+    """DOTA-v1.5: DOTA-v1.0's classes and 'container-crane' (mmrotate's order and palette), with
+    DOTADataset's arguments and rules (ignore_difficult=True: the devkit's rule)."""
+
+    METAINFO = dict(classes=DOTA_V15_CLASSES,
+                    palette=DOTADataset.METAINFO['palette'] + [(220, 20, 60)])
+
+
+@register(DATASETS)
+class DOTAv2Dataset(DOTADataset):
+    """DOTA-v2.0: DOTA-v1.5's classes and 'airport', 'helipad' (mmrotate's order and palette), with
+    DOTADataset's arguments and rules (ignore_difficult=True: the devkit's rule)."""
+
+    METAINFO = dict(classes=DOTA_V2_CLASSES,
+                    palette=DOTAv15Dataset.METAINFO['palette'] + [(119, 11, 32), (0, 0, 142)])
