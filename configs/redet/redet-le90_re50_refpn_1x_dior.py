@@ -3,15 +3,10 @@
 # data_root: the data set as published, no preparation. Difficult objects are ground truth
 # (mmrotate's rule; ignore_difficult=True for the devkit's).
 _base_ = [
-    '../_base_/models/redet-le90_re50_refpn.py',
+    '../_base_/models/redet-le90_re50_refpn_roialign.py',
     '../_base_/datasets/dior.py',
     '../_base_/schedules/schedule_1x.py',
     '../_base_/default_runtime.py',
 ]
 model = dict(roi_head=dict(
-    bbox_roi_extractor=[
-        dict(_base_.model.roi_head.bbox_roi_extractor[0],
-             roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0)),
-        _base_.model.roi_head.bbox_roi_extractor[1],
-    ],
     bbox_head=[dict(head, num_classes=20) for head in _base_.model.roi_head.bbox_head]))

@@ -5,17 +5,12 @@
 #   (the same for val and test). Difficult objects: the devkit's rule (ignore_difficult=True), as
 #   the DOTA-v1.0 configs; dataset=dict(ignore_difficult=False) for mmrotate's.
 _base_ = [
-    '../_base_/models/redet-le90_re50_refpn.py',
+    '../_base_/models/redet-le90_re50_refpn_roialign.py',
     '../_base_/datasets/dota.py',
     '../_base_/schedules/schedule_1x.py',
     '../_base_/default_runtime.py',
 ]
 model = dict(roi_head=dict(
-    bbox_roi_extractor=[
-        dict(_base_.model.roi_head.bbox_roi_extractor[0],
-             roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0)),
-        _base_.model.roi_head.bbox_roi_extractor[1],
-    ],
     bbox_head=[dict(head, num_classes=18) for head in _base_.model.roi_head.bbox_head]))
 dataset_type = 'RedetDOTAv2Dataset'
 data_root = 'data/DOTA2/split_1024/'

@@ -4,16 +4,11 @@
 # Difficult ships are ground truth (mmrotate's rule; ignore_difficult=True: the devkit's).
 # The evaluation prints the three ways HRSC2016 is reported (configs/_base_/datasets/hrsc.py).
 _base_ = [
-    '../_base_/models/redet-le90_re50_refpn.py',
+    '../_base_/models/redet-le90_re50_refpn_roialign.py',
     '../_base_/datasets/hrsc.py',
     '../_base_/schedules/schedule_3x.py',
     '../_base_/default_runtime.py',
 ]
 model = dict(roi_head=dict(
-    bbox_roi_extractor=[
-        dict(_base_.model.roi_head.bbox_roi_extractor[0],
-             roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0)),
-        _base_.model.roi_head.bbox_roi_extractor[1],
-    ],
     bbox_head=[dict(head, num_classes=1) for head in _base_.model.roi_head.bbox_head]))
 optim_wrapper = dict(optimizer=dict(lr=0.01))

@@ -1,11 +1,8 @@
-# The R50 ReDet with RoIAlign instead of RoIPool in the first (horizontal) RoI stage, as
+# The R50 ReDet with RoIAlign instead of RoIPool in the first (horizontal) stage, as
 # mmrotate's config does; everything else as redet-le90_re50_refpn_1x_dota.py.
-_base_ = ['./redet-le90_re50_refpn_1x_dota.py']
-
-# A list in a child config replaces the base's list whole, so each stage's extractor is the
-# base's (`_base_.x` reads the base config's value) with only what differs stated.
-model = dict(roi_head=dict(bbox_roi_extractor=[
-    dict(_base_.model.roi_head.bbox_roi_extractor[0],
-         roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0)),
-    _base_.model.roi_head.bbox_roi_extractor[1],
-]))
+_base_ = [
+    '../_base_/models/redet-le90_re50_refpn_roialign.py',
+    '../_base_/datasets/dota.py',
+    '../_base_/schedules/schedule_1x.py',
+    '../_base_/default_runtime.py',
+]
