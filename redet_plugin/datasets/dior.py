@@ -15,7 +15,6 @@ Each instance's 'bbox' is the le90 rotated box (the corners' minimum-area rectan
 RedetDOTADataset stores it; 'polygon' holds the annotated corners.
 """
 import os.path as osp
-import warnings
 import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Dict, List
@@ -27,8 +26,8 @@ from mmdet.registry import DATASETS
 from redet_plugin.utils.registration import register
 
 from ..structures import qbox2rbox
-from .dota import DOTAAnnotationError, DOTAAnnotationWarning, DOTADataError
-from .hrsc import filter_training_images, image_size, read_image_ids, xml_number
+from .dota import DOTAAnnotationError
+from .listed_xml import filter_training_images, image_size, load_listed_images, xml_number
 
 DIOR_CLASSES = ('airplane', 'airport', 'baseballfield', 'basketballcourt', 'bridge', 'chimney',
                 'expressway-service-area', 'expressway-toll-station', 'dam', 'golffield',
@@ -98,26 +97,11 @@ class DIORDataset(BaseDetDataset):
             if not osp.isdir(folder):
                 raise DIORAnnotationError(f'DIORDataset: {arg} folder {folder!r} does not exist')
         labels = self._labels_by_name()
-        left_out = Counter()  # class name -> objects of a class not in metainfo.classes
-        data_list = []
-        for img_id in read_image_ids(self.ann_file, 'DIORDataset', DIORAnnotationError):
-            xml_path = osp.join(ann_dir, f'{img_id}.xml')
-            img_path = osp.join(img_dir, f'{img_id}.jpg')
-            for path in (xml_path, img_path):
-                if not osp.isfile(path):
-                    raise DIORAnnotationError(f'DIORDataset: image id {img_id!r} of {self.ann_file}: '
-                                              f'no file {path}')
-            data_list.append(self._parse_xml(img_id, xml_path, img_path, labels, left_out))
-        for name, count in sorted(left_out.items()):
-            warnings.warn(f'DIORDataset: {count} object{"s" if count != 1 else ""} of class {name!r} '
-                          f'(not in metainfo.classes) left out ({ann_dir})', DOTAAnnotationWarning)
-        if not any(info['instances'] for info in data_list):
-            found = (f'its objects are of the classes {sorted(left_out)}' if left_out
-                     else 'its files hold no objects')
-            raise DOTADataError(f'DIORDataset: no annotations of the classes '
-                                f'{list(self.metainfo["classes"])} in {ann_dir!r} for the images of '
-                                f'{self.ann_file!r}: {found} (check metainfo.classes)')
-        return data_list
+        return load_listed_images(
+            'DIORDataset', self.ann_file, ann_dir, img_dir, 'jpg',
+            lambda img_id, xml_path, img_path, left_out: self._parse_xml(
+                img_id, xml_path, img_path, labels, left_out),
+            DIORAnnotationError, self.metainfo['classes'])
 
     def _parse_xml(self, img_id: str, xml_path: str, img_path: str, labels: Dict[str, int],
                    left_out: Counter) -> dict:

@@ -15,7 +15,6 @@ Each instance's 'bbox' is the le90 rotated box, as RedetDOTADataset stores it (m
 `LoadAnnotations(box_type='redet_rbox')` loads it); 'polygon' holds its corners, 'head' the bow.
 """
 import os.path as osp
-import warnings
 import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Dict, List, Optional
@@ -23,12 +22,12 @@ from typing import Dict, List, Optional
 import torch
 from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
-from PIL import Image
 
 from redet_plugin.utils.registration import register
 
 from ..structures import rbox2qbox, regularize_rboxes
-from .dota import DOTAAnnotationError, DOTAAnnotationWarning, DOTADataError
+from .dota import DOTAAnnotationError
+from .listed_xml import filter_training_images, image_size, load_listed_images, xml_number
 
 # HRSC2016's 31 classes with their Class_IDs ('1' + '0' * 6 + two digits; 21 and 23 are unused),
 # in mmrotate's order (its label numbers).
@@ -50,42 +49,6 @@ RBOX_FIELDS = ('mbox_cx', 'mbox_cy', 'mbox_w', 'mbox_h', 'mbox_ang')
 
 class HRSCAnnotationError(DOTAAnnotationError):
     """An HRSC2016 file is missing or malformed; the message names the file and the object."""
-
-
-def read_image_ids(ann_file: str, owner: str, error: type = HRSCAnnotationError) -> List[str]:
-    """The image ids listed in `ann_file` (one a line); `owner` (a class name) starts messages."""
-    if not ann_file or not osp.isfile(ann_file):
-        raise error(f'{owner}: ann_file {ann_file!r} (the list of image ids, e.g. '
-                                  f'ImageSets/trainval.txt) is not a file')
-    with open(ann_file) as f:
-        ids = [line.strip() for line in f if line.strip()]
-    if not ids:
-        raise DOTADataError(f'{owner}: no image ids in {ann_file!r}')
-    return ids
-
-
-def xml_number(parent: ET.Element, tag: str, where: str, error: type = HRSCAnnotationError,
-               required: bool = True) -> Optional[float]:
-    """The finite number in `parent`'s child <tag>; None where it is absent and not required."""
-    node = parent.find(tag)
-    text = (node.text or '').strip() if node is not None else ''
-    if not text:
-        if required:
-            raise error(f'{where}: no <{tag}>')
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise error(f'{where}: <{tag}> must be a number, got {text!r}') from None
-    if value != value or abs(value) == float('inf'):
-        raise error(f'{where}: <{tag}> must be finite, got {text!r}')
-    return value
-
-
-def image_size(img_path: str) -> tuple:
-    """(width, height) from the image file's header."""
-    with Image.open(img_path) as image:
-        return image.size
 
 
 @register(DATASETS)
@@ -156,26 +119,12 @@ class HRSCDataset(BaseDetDataset):
                 raise HRSCAnnotationError(f"HRSCDataset: {arg} folder {folder!r} (in "
                                           f"data_prefix['sub_data_root']) does not exist")
         labels = self._labels_by_class_id()
-        left_out = Counter()  # class name -> objects of a class not in metainfo.classes
-        data_list = []
-        for img_id in read_image_ids(self.ann_file, 'HRSCDataset'):
-            xml_path = osp.join(ann_dir, f'{img_id}.xml')
-            img_path = osp.join(img_dir, f'{img_id}.bmp')
-            for path in (xml_path, img_path):
-                if not osp.isfile(path):
-                    raise HRSCAnnotationError(f'HRSCDataset: image id {img_id!r} of {self.ann_file}: '
-                                              f'no file {path}')
-            data_list.append(self._parse_xml(img_id, xml_path, img_path, labels, left_out))
-        for name, count in sorted(left_out.items()):
-            warnings.warn(f'HRSCDataset: {count} object{"s" if count != 1 else ""} of class {name!r} '
-                          f'(not in metainfo.classes) left out ({ann_dir})', DOTAAnnotationWarning)
-        if not any(info['instances'] for info in data_list):
-            found = (f'its objects are of the classes {sorted(left_out)}' if left_out
-                     else 'its files hold no objects')
-            raise DOTADataError(f'HRSCDataset: no annotations of the classes '
-                                f'{list(self.metainfo["classes"])} in {ann_dir!r} for the images of '
-                                f'{self.ann_file!r}: {found} (check metainfo.classes and classwise)')
-        return data_list
+        return load_listed_images(
+            'HRSCDataset', self.ann_file, ann_dir, img_dir, 'bmp',
+            lambda img_id, xml_path, img_path, left_out: self._parse_xml(
+                img_id, xml_path, img_path, labels, left_out),
+            HRSCAnnotationError, self.metainfo['classes'],
+            hint='check metainfo.classes and classwise')
 
     def _parse_xml(self, img_id: str, xml_path: str, img_path: str,
                    labels: Optional[Dict[str, int]], left_out: Counter) -> dict:
@@ -183,15 +132,15 @@ class HRSCDataset(BaseDetDataset):
             root = ET.parse(xml_path).getroot()
         except ET.ParseError as error:
             raise HRSCAnnotationError(f'{xml_path}: not valid XML ({error})') from None
-        width = xml_number(root, 'Img_SizeWidth', xml_path, required=False)
-        height = xml_number(root, 'Img_SizeHeight', xml_path, required=False)
+        width = xml_number(root, 'Img_SizeWidth', xml_path, HRSCAnnotationError, required=False)
+        height = xml_number(root, 'Img_SizeHeight', xml_path, HRSCAnnotationError, required=False)
         if width is None or height is None:
             width, height = image_size(img_path)
         rows = []  # (rbox as annotated, label, difficult, head)
         for index, obj in enumerate(root.findall('HRSC_Objects/HRSC_Object'), start=1):
             object_id = (obj.findtext('Object_ID') or '').strip()
             where = f'{xml_path}, object {index}' + (f' (Object_ID {object_id})' if object_id else '')
-            rbox = [xml_number(obj, tag, where) for tag in RBOX_FIELDS]
+            rbox = [xml_number(obj, tag, where, HRSCAnnotationError) for tag in RBOX_FIELDS]
             if rbox[2] <= 0 or rbox[3] <= 0:
                 raise HRSCAnnotationError(f'{where}: mbox_w and mbox_h must be > 0, got '
                                           f'{rbox[2]:g}, {rbox[3]:g}')
@@ -207,8 +156,9 @@ class HRSCDataset(BaseDetDataset):
                     left_out[HRSC_CLASSES[HRSC_CLASS_IDS.index(class_id)]] += 1
                     continue
                 label = labels[class_id]
-            difficult = int(xml_number(obj, 'difficult', where, required=False) or 0)
-            head = [xml_number(obj, tag, where, required=False) for tag in ('header_x', 'header_y')]
+            difficult = int(xml_number(obj, 'difficult', where, HRSCAnnotationError, required=False) or 0)
+            head = [xml_number(obj, tag, where, HRSCAnnotationError, required=False)
+                    for tag in ('header_x', 'header_y')]
             rows.append((rbox, label, difficult, None if None in head else [int(v) for v in head]))
         return dict(img_path=img_path, img_id=img_id, file_name=osp.basename(img_path),
                     xml_path=xml_path, width=int(width), height=int(height),
@@ -237,20 +187,3 @@ class HRSCDataset(BaseDetDataset):
 
     def get_cat_ids(self, idx: int) -> List[int]:
         return [inst['bbox_label'] for inst in self.get_data_info(idx)['instances']]
-
-
-def filter_training_images(dataset: BaseDetDataset, owner: str) -> List[dict]:
-    """mmrotate's image filters (filter_empty_gt counting non-ignored objects, as RedetDOTADataset
-    does; min_size on the shorter image side); an error rather than an empty training set."""
-    cfg = dataset.filter_cfg or {}
-    if dataset.test_mode or not cfg:
-        return dataset.data_list
-    empty_out, min_size = cfg.get('filter_empty_gt', False), cfg.get('min_size', 0)
-    kept = [info for info in dataset.data_list
-            if min(info['width'], info['height']) >= min_size
-            and not (empty_out and all(inst['ignore_flag'] for inst in info['instances']))]
-    if not kept:
-        raise DOTADataError(f'{owner}: filter_cfg {dict(cfg)} leaves no image of {dataset.ann_file!r} '
-                            f'(every image is smaller than min_size or has no object that is not '
-                            f'ignored: difficult with ignore_difficult=True, or under bbox_min_size)')
-    return kept
