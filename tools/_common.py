@@ -132,7 +132,20 @@ def data_errors_in_one_line():
     try:
         yield
     except DOTADataError as error:
-        fail(str(error))
+        fail(data_error_message(error))
+
+
+def data_error_message(error: BaseException) -> str:
+    """The error's message; for one raised in a data loader worker (torch raises it again in the
+    main process with the worker's whole traceback as its text), the worker's own message."""
+    text = str(error)
+    if text.startswith('Caught ') and 'Original Traceback' in text:
+        lines = [line for line in text.splitlines() if line.strip()]
+        name = f'{type(error).__module__}.{type(error).__qualname__}: '
+        for number in range(len(lines) - 1, -1, -1):  # the last 'module.Class: message' line
+            if lines[number].startswith(name):
+                return ' '.join([lines[number][len(name):], *lines[number + 1:]])
+    return text
 
 
 def check_checkpoint_matches(model, checkpoint_path: str, strict: bool = True) -> dict:

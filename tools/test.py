@@ -57,6 +57,8 @@ def main(argv=None):
     with data_errors_in_one_line():
         check_classes(runner.model, runner.test_dataloader.dataset, checkpoint, args.checkpoint)
         runner.register_hook(ProgressBarHook(), priority='VERY_LOW')
+        from redet_plugin.engine import BadImagesHook
+        runner.register_hook(BadImagesHook())  # lists the images on_bad_image='skip' left out
         if args.out:
             from mmdet.evaluation import DumpDetResults
             runner.test_evaluator.metrics.append(DumpDetResults(out_file_path=args.out))

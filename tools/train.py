@@ -61,6 +61,15 @@ def build_config(args) -> Config:
         cfg.resume, cfg.load_from = True, args.resume
     if cfg.get('load_from') and '://' not in cfg.load_from and not osp.isfile(cfg.load_from):
         fail(f'load_from: checkpoint {cfg.load_from!r} does not exist')
+    # mmengine's Iter/EpochBasedTrainLoop as the plugin's: a resumed run continues at the batch,
+    # with the random draws, of the run it resumes (redet_plugin/engine/resumable_loops.py)
+    from redet_plugin.engine.resumable_loops import resumable_train_cfg
+    cfg.train_cfg = resumable_train_cfg(cfg.get('train_cfg'))
+    # and mmengine's CheckpointHook as the plugin's, which writes last_checkpoint atomically once
+    # the checkpoint it names is whole (redet_plugin/engine/checkpoint_hook.py)
+    checkpoint_hook = (cfg.get('default_hooks') or {}).get('checkpoint')
+    if checkpoint_hook and checkpoint_hook.get('type') in ('CheckpointHook', 'mmengine.CheckpointHook'):
+        checkpoint_hook.type = 'mmdet.RedetCheckpointHook'
     return cfg
 
 
@@ -78,6 +87,10 @@ def main(argv=None):
     check_data_folders(cfg, ('train_dataloader', 'val_dataloader'))
     setup_cpu_distributed(cfg)
     runner = Runner.from_cfg(cfg)
+    from redet_plugin.engine import BadImagesHook, remove_partial_writes
+    runner.register_hook(BadImagesHook())  # lists the images on_bad_image='skip' left out
+    if cfg.resume and runner.rank == 0:  # temporary files of checkpoint writes a kill cut short
+        remove_partial_writes(cfg.work_dir)
     resume_from = cfg.load_from if cfg.resume and cfg.load_from else (
         find_latest_checkpoint(cfg.work_dir) if cfg.resume else None)
     checkpoint = None

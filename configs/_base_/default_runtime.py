@@ -8,8 +8,10 @@ default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
     param_scheduler=dict(type='ParamSchedulerHook'),
     # checkpoints and last_checkpoint written whole or not at all (a temporary file renamed onto
-    # the name: redet_plugin/engine/atomic_local_backend.py), so a killed run resumes
-    checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=3,
+    # the name: redet_plugin/engine/atomic_local_backend.py), last_checkpoint only once the
+    # checkpoint it names is whole, old checkpoints removed only after that
+    # (redet_plugin/engine/checkpoint_hook.py), so a killed run resumes
+    checkpoint=dict(type='RedetCheckpointHook', interval=1, max_keep_ckpts=3,
                     backend_args=dict(backend='redet_atomic_local')),
     sampler_seed=dict(type='DistSamplerSeedHook'),
     visualization=dict(type='DetVisualizationHook'))

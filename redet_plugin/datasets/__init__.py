@@ -1,8 +1,11 @@
 """Rotated-box data sets (DOTA v1.0/v1.5/v2.0, HRSC2016, DIOR-R), rotation transforms and the
 synthetic data sets."""
+from .bad_images import BadImagesMixin, image_file_problem
 from .dior import DIOR_CLASSES, DIORAnnotationError, DIORDataset
+from .errors import BadImageError
 from .dota import (DOTA_V1_CLASSES, DOTA_V15_CLASSES, DOTA_V2_CLASSES, DOTAAnnotationError, DOTADataError,
                    DOTAAnnotationWarning, DOTADataset, DOTAv15Dataset, DOTAv2Dataset, parse_dota_line)
+from .draws import DrawIndex, seeded_draws
 from .dota_split import cut_objects, pad_patch, patch_origins, patch_windows, split_dota, split_image
 from .hrsc import HRSC_CLASS_IDS, HRSC_CLASSES, HRSCAnnotationError, HRSCDataset
 from .patch_naming import parse_patch_id, patch_id
@@ -11,7 +14,8 @@ from .synthetic_dataset import SyntheticDOTADataset
 from .synthetic_layouts import SYNTHETIC_DIOR_CLASSES, generate_synthetic_dior, generate_synthetic_hrsc
 from .transforms import RandomRotate, RandomRotate90
 
-__all__ = ['DOTADataset', 'SyntheticDOTADataset', 'DOTAAnnotationError', 'DOTADataError', 'DOTAAnnotationWarning',
+__all__ = ['BadImageError', 'BadImagesMixin', 'image_file_problem', 'DrawIndex', 'seeded_draws',
+           'DOTADataset', 'SyntheticDOTADataset', 'DOTAAnnotationError', 'DOTADataError', 'DOTAAnnotationWarning',
            'DOTA_V1_CLASSES', 'parse_dota_line',
            'DOTAv15Dataset', 'DOTAv2Dataset', 'DOTA_V15_CLASSES', 'DOTA_V2_CLASSES',
            'HRSCDataset', 'HRSCAnnotationError', 'HRSC_CLASSES', 'HRSC_CLASS_IDS',

@@ -26,6 +26,7 @@ from mmdet.registry import DATASETS
 from redet_plugin.utils.registration import register
 
 from ..structures import qbox2rbox
+from .bad_images import BadImagesMixin
 from .dota import DOTAAnnotationError
 from .listed_xml import filter_training_images, image_size, load_listed_images, xml_number
 
@@ -50,7 +51,7 @@ class DIORAnnotationError(DOTAAnnotationError):
 
 
 @register(DATASETS)
-class DIORDataset(BaseDetDataset):
+class DIORDataset(BadImagesMixin, BaseDetDataset):
     """DIOR-R with mmrotate's arguments (and `ignore_difficult`).
 
     Args:
@@ -65,6 +66,8 @@ class DIORDataset(BaseDetDataset):
         filter_cfg: filter_empty_gt, min_size (images) and bbox_min_size (objects, ignore_flag=1),
             training only; see HRSCDataset.
         backend_args: accepted for configs written for mmrotate; files are read from local disk.
+        on_bad_image: an image that cannot be loaded: 'error' (BadImageError naming it) or 'skip'
+            (training: another image instead, listed at the end of the run; bad_images.py).
     Objects whose class is not in `metainfo.classes` are left out, with one DOTAAnnotationWarning
     per class name giving the count.
     """
@@ -72,7 +75,8 @@ class DIORDataset(BaseDetDataset):
     METAINFO = dict(classes=DIOR_CLASSES, palette=DIOR_PALETTE)
 
     def __init__(self, ann_subdir: str = 'Annotations/Oriented Bounding Boxes/', ann_type: str = 'obb',
-                 ignore_difficult: bool = False, **kwargs) -> None:
+                 ignore_difficult: bool = False, on_bad_image: str = 'error', **kwargs) -> None:
+        self._set_on_bad_image(on_bad_image)
         if ann_type not in BOX_TAGS:
             raise ValueError(f"DIORDataset: ann_type must be 'obb' or 'hbb', got {ann_type!r}")
         self.ann_subdir = ann_subdir

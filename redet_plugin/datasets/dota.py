@@ -16,9 +16,10 @@ from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
 
 from redet_plugin.utils.registration import register
-from PIL import Image
 
 from ..structures import qbox2rbox
+from .bad_images import BadImagesMixin, read_image_size
+from .errors import DOTAAnnotationError, DOTAAnnotationWarning, DOTADataError  # noqa: F401
 
 DOTA_V1_CLASSES = ('plane', 'baseball-diamond', 'bridge', 'ground-track-field', 'small-vehicle',
                    'large-vehicle', 'ship', 'tennis-court', 'basketball-court', 'storage-tank',
@@ -26,20 +27,6 @@ DOTA_V1_CLASSES = ('plane', 'baseball-diamond', 'bridge', 'ground-track-field', 
 DOTA_V15_CLASSES = DOTA_V1_CLASSES + ('container-crane',)
 DOTA_V2_CLASSES = DOTA_V15_CLASSES + ('airport', 'helipad')
 HEADER_PREFIXES = ('imagesource:', 'gsd:')
-
-
-class DOTADataError(ValueError):
-    """The data set cannot be used as configured (no images, no object of the classes, ...); the
-    message names the folder or file. tools/train.py and tools/test.py print it as one line."""
-
-
-class DOTAAnnotationError(DOTADataError):
-    """A DOTA annotation file (or its image) is malformed; the message names file and line."""
-
-
-class DOTAAnnotationWarning(UserWarning):
-    """Annotations were skipped: a malformed line or missing image (on_bad_line='warn'), or
-    objects whose class is not in metainfo.classes."""
 
 
 def parse_dota_line(line: str) -> Optional[Tuple[List[float], str, int]]:
@@ -78,7 +65,7 @@ def difficult_rule_text(ignore_difficult: Optional[bool]) -> str:
 
 
 @register(DATASETS)
-class DOTADataset(BaseDetDataset):
+class DOTADataset(BadImagesMixin, BaseDetDataset):
     """DOTA-format rotated-box dataset (DOTA-v1.0's 15 classes unless `metainfo.classes` says otherwise).
 
     Args:
@@ -88,6 +75,10 @@ class DOTADataset(BaseDetDataset):
         img_suffixes: image file endings tried for each annotation file.
         on_bad_line: 'error' raises DOTAAnnotationError naming file and line for a malformed line
             or a missing image; 'warn' logs a warning and skips the line (or the image).
+        on_bad_image: 'error' raises BadImageError naming an image that cannot be read (missing,
+            empty, cut short, not an image: checked when the data set is listed, and when
+            loaded); 'skip' leaves such images out, and RedetBadImagesHook lists them at the
+            end of the run (redet_plugin/datasets/bad_images.py).
         ignore_difficult: the rule for difficult objects (difficulty >= 1 in the annotation; the
             splitter marks objects cut by a patch border 2).
             True (DOTA devkit's rule): they get `ignore_flag=1`, so mmdet packs them into
@@ -110,9 +101,11 @@ class DOTADataset(BaseDetDataset):
                              (147, 116, 116), (0, 0, 255)])
 
     def __init__(self, *args, img_suffixes: Union[str, Sequence[str]] = ('png', 'jpg', 'tif', 'bmp'),
-                 on_bad_line: str = 'error', ignore_difficult: bool = True, **kwargs) -> None:
+                 on_bad_line: str = 'error', ignore_difficult: bool = True, on_bad_image: str = 'error',
+                 **kwargs) -> None:
         if on_bad_line not in ('error', 'warn'):
             raise ValueError(f"DOTADataset: on_bad_line must be 'error' or 'warn', got {on_bad_line!r}")
+        self._set_on_bad_image(on_bad_image)
         self.img_suffixes = (img_suffixes,) if isinstance(img_suffixes, str) else tuple(img_suffixes)
         self.on_bad_line = on_bad_line
         self.ignore_difficult = bool(ignore_difficult)
@@ -141,7 +134,11 @@ class DOTADataset(BaseDetDataset):
             if not paths:
                 raise DOTADataError(f'DOTADataset: no images (*.{{{",".join(self.img_suffixes)}}}) '
                                     f'in {img_dir!r}')
-            return [self._image_info(p, []) for p in paths]
+            data_list = [info for info in (self._image_info(p, []) for p in paths) if info is not None]
+            if not data_list:
+                raise DOTADataError(f'DOTADataset: none of the {len(paths)} images in {img_dir!r} can be '
+                                    f'read (on_bad_image=\'skip\' left them all out)')
+            return data_list
         if not osp.isdir(self.ann_file):
             raise DOTAAnnotationError(f'DOTADataset: ann_file must be a folder of DOTA txt files, '
                                       f'{self.ann_file!r} is not a folder')
@@ -155,17 +152,25 @@ class DOTADataset(BaseDetDataset):
             stem = osp.splitext(osp.basename(txt))[0]
             img_path = self._find_image(stem)
             if img_path is None:
-                self._bad(f'{txt}: no image {stem}.{{{",".join(self.img_suffixes)}}} in {img_dir}')
+                missing = f'{txt}: no image {stem}.{{{",".join(self.img_suffixes)}}} in {img_dir}'
+                if self.on_bad_image == 'skip':
+                    self._bad_image(osp.join(img_dir, f'{stem}.*'), f'missing (the image of {txt})')
+                else:
+                    self._bad(missing)
                 continue
-            data_list.append(self._image_info(img_path, self._parse_file(txt, class_ids, unknown)))
+            info = self._image_info(img_path, self._parse_file(txt, class_ids, unknown))
+            if info is not None:
+                data_list.append(info)
         for name, count in sorted(unknown.items()):
             warnings.warn(f'DOTADataset: {count} object{"s" if count != 1 else ""} of unknown class '
                           f'{name!r} (not in metainfo.classes) {"were" if count != 1 else "was"} '
                           f'dropped ({self.ann_file})', DOTAAnnotationWarning)
         # mmengine fails on an empty list with "need at least one array to concatenate"
         if not data_list:
+            bad = (f' ({len(self.skipped_images)} images left out as unreadable)'
+                   if self.skipped_images else '')
             raise DOTADataError(f'DOTADataset: none of the {len(txts)} annotation files in '
-                                f'{self.ann_file!r} has its image in {img_dir!r}')
+                                f'{self.ann_file!r} has its image in {img_dir!r}{bad}')
         if not any(info['instances'] for info in data_list):
             found = (f'its objects are of the classes {sorted(unknown)}' if unknown
                      else 'its files hold no objects')
@@ -203,10 +208,13 @@ class DOTADataset(BaseDetDataset):
                                   polygon=coords, difficulty=difficulty))
         return instances
 
-    @staticmethod
-    def _image_info(img_path: str, instances: List[dict]) -> dict:
-        with Image.open(img_path) as image:  # reads the header only
-            width, height = image.size
+    def _image_info(self, img_path: str, instances: List[dict]) -> Optional[dict]:
+        """The data info of one image; None for a bad image left out (on_bad_image='skip')."""
+        size, problem = read_image_size(img_path)  # the header and the file's ends
+        if problem is not None:
+            self._bad_image(img_path, problem)
+            return None
+        width, height = size
         img_id = osp.splitext(osp.basename(img_path))[0]
         return dict(img_path=img_path, img_id=img_id, file_name=osp.basename(img_path),
                     width=width, height=height, instances=instances)

@@ -26,6 +26,7 @@ from mmdet.registry import DATASETS
 from redet_plugin.utils.registration import register
 
 from ..structures import rbox2qbox, regularize_rboxes
+from .bad_images import BadImagesMixin
 from .dota import DOTAAnnotationError
 from .listed_xml import filter_training_images, image_size, load_listed_images, xml_number
 
@@ -52,7 +53,7 @@ class HRSCAnnotationError(DOTAAnnotationError):
 
 
 @register(DATASETS)
-class HRSCDataset(BaseDetDataset):
+class HRSCDataset(BadImagesMixin, BaseDetDataset):
     """HRSC2016 with mmrotate's arguments (and `ignore_difficult`).
 
     Args:
@@ -73,13 +74,16 @@ class HRSCDataset(BaseDetDataset):
             objects, min_size drops images whose shorter side is smaller, bbox_min_size gives
             objects with a side shorter than it ignore_flag=1 (training only, test_mode keeps all).
         backend_args: accepted for configs written for mmrotate; files are read from local disk.
+        on_bad_image: an image that cannot be loaded: 'error' (BadImageError naming it) or 'skip'
+            (training: another image instead, listed at the end of the run; bad_images.py).
     """
 
     METAINFO = dict(classes=HRSC_CLASSES, palette=HRSC_PALETTE)
 
     def __init__(self, img_subdir: str = 'AllImages', ann_subdir: str = 'Annotations',
                  classwise: bool = False, ignore_difficult: bool = False,
-                 metainfo: Optional[dict] = None, **kwargs) -> None:
+                 metainfo: Optional[dict] = None, on_bad_image: str = 'error', **kwargs) -> None:
+        self._set_on_bad_image(on_bad_image)
         self.img_subdir = img_subdir
         self.ann_subdir = ann_subdir
         self.classwise = bool(classwise)

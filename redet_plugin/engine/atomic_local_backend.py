@@ -7,18 +7,23 @@ is flushed to disk, and is renamed onto the final name (os.replace is atomic on 
 a reader sees the old file or the whole new one, never a part.
 
 The configs name it in the checkpoint hook: `default_hooks.checkpoint.backend_args =
-dict(backend='redet_atomic_local')`; mmengine's CheckpointHook then saves checkpoints and
-writes `last_checkpoint` through it.
+dict(backend='redet_atomic_local')`; the checkpoint hook then saves checkpoints through it.
+(mmengine's CheckpointHook writes `last_checkpoint` with a plain open(): RedetCheckpointHook,
+checkpoint_hook.py, writes it with atomic_write.) A kill leaves the temporary file of the cut
+write behind; remove_partial_writes clears them (tools/train.py, before a resumed run).
 """
+import glob
 import os
 import os.path as osp
+import re
 import tempfile
 from pathlib import Path
-from typing import Union
+from typing import List, Union
 
 from mmengine.fileio import LocalBackend, register_backend
 
 BACKEND_NAME = 'redet_atomic_local'
+_PART = re.compile(r'^\..+\.[a-z0-9_]{8}\.part$')  # the temporary names atomic_write gives
 
 
 def atomic_write(data: bytes, filepath: Union[str, Path]) -> None:
@@ -36,6 +41,17 @@ def atomic_write(data: bytes, filepath: Union[str, Path]) -> None:
         if osp.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def remove_partial_writes(folder: str) -> List[str]:
+    """Removes the temporary files that writes cut short (a killed run) left in `folder`; returns
+    their paths. Call it where no write is under way (tools/train.py: before a resumed run)."""
+    removed = []
+    for path in glob.glob(osp.join(glob.escape(folder), '.*.part')):
+        if _PART.match(osp.basename(path)) and osp.isfile(path):
+            os.remove(path)
+            removed.append(path)
+    return removed
 
 
 class AtomicLocalBackend(LocalBackend):

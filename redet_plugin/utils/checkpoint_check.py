@@ -8,21 +8,61 @@ class CheckpointMismatchError(ValueError):
     line naming the file."""
 
 
+def read_checkpoint(checkpoint_path: str):
+    """torch.load(weights_only=True) of a user's checkpoint: tensors, plain values and the
+    mmengine objects redet_plugin allows (utils/checkpoint_compat.py); any other Python object
+    refuses the file before it is built (nothing of it runs). Every failure is a
+    CheckpointMismatchError of one line naming the file: missing, empty, cut short, not a
+    checkpoint, or holding other objects."""
+    import os
+    import warnings
+
+    import torch
+    if not os.path.isfile(checkpoint_path):
+        raise CheckpointMismatchError(f'checkpoint {checkpoint_path!r} does not exist')
+    try:
+        with warnings.catch_warnings():  # (torch warns about legacy files; the error says it all)
+            warnings.simplefilter('ignore')
+            return torch.load(checkpoint_path, map_location='cpu', weights_only=True)
+    except Exception as error:  # noqa: BLE001 (torch.load raises many kinds)
+        raise CheckpointMismatchError(
+            f'checkpoint {checkpoint_path!r} {_unreadable_reason(checkpoint_path, error)}') from None
+
+
+def _unreadable_reason(path: str, error: Exception) -> str:
+    import os
+    import pickle
+    import re
+    text = str(error)
+    if isinstance(error, pickle.UnpicklingError) and 'Weights only load failed' in text:
+        found = re.search(r'GLOBAL ([\w.]+)', text)
+        if found:
+            return (f'is refused: it holds Python objects other than weights ({found.group(1)}), '
+                    f'which are not loaded (torch.load with weights_only=True); save its state_dict '
+                    f'from a trusted copy instead')
+        return ('is not a torch checkpoint (torch\'s weights-only reader refuses it: a plain '
+                'pickle, or objects other than weights)')
+    if os.path.getsize(path) == 0:
+        return 'cannot be read: the file is empty'
+    if isinstance(error, EOFError) or 'zip archive' in text or 'central directory' in text:
+        first = text.split('. ')[0].strip() or type(error).__name__
+        return f'cannot be read: the file is cut short or damaged ({first})'
+    if isinstance(error, (KeyError, pickle.UnpicklingError, UnicodeDecodeError)):
+        return 'is not a torch checkpoint (torch.load cannot read it)'
+    first = text.splitlines()[0] if text else type(error).__name__
+    return f'cannot be read: {first}'
+
+
 def load_checked_checkpoint(model, checkpoint_path: str, strict: bool = True) -> dict:
     """Loads the checkpoint's weights into `model`, refusing one whose weights do not fit
     (another architecture, another number of classes) and naming a few of the offending
     parameters. strict=False (load_from: fine-tuning may change the heads) refuses only one of
     which most weights do not fit. Keys pass through the model's load hooks (mmrotate's ReDet
     layout is accepted). Returns the checkpoint."""
-    import torch
     from mmengine.model import is_model_wrapper
     if is_model_wrapper(model):
         model = model.module
-    try:
-        checkpoint = torch.load(checkpoint_path, map_location='cpu')
-    except Exception as error:  # missing, truncated, not a checkpoint at all
-        raise CheckpointMismatchError(f'checkpoint {checkpoint_path!r} cannot be read: '
-                                      f'{str(error).splitlines()[0] if str(error) else type(error).__name__}') from None
+    checkpoint = read_checkpoint(checkpoint_path)
     state = checkpoint.get('state_dict', checkpoint) if isinstance(checkpoint, dict) else None
     if not isinstance(state, dict):
         raise CheckpointMismatchError(f'checkpoint {checkpoint_path!r} holds no state_dict')

@@ -240,6 +240,9 @@ test_dataloader = dict(**loader, dataset=dict(data_root=data_root, metainfo=dict
 test_evaluator = dict(outfile_prefix={str(outfile_prefix)!r})
 train_cfg = dict(max_epochs=1)
 default_hooks = dict(logger=dict(interval=1))
+# mmengine keeps one visualizer per name in the process: one of this run's own, so that its
+# scalars go to this run's work dir whatever ran before in the process
+visualizer = dict(name={'visualizer_' + path.parent.name!r})
 ''')
     return str(path)
 
