@@ -1,15 +1,10 @@
 # ReDet, ReResNet-50 + ReFPN, 1x schedule on DOTA-v2.0 1024 x 1024 patches: 18 classes
-# (adds 'container-crane', 'airport', 'helipad'), as mmrotate's _base_/datasets/dotav2.py; otherwise the DOTA-v1.0 setup
-# (redet-le90_re50_refpn_1x_dota.py) with RoIAlign in stage 1, as mmrotate. Prepare:
+# (DOTA-v1.5's and 'airport', 'helipad'), as mmrotate's _base_/datasets/dotav2.py; otherwise the
+# DOTA-v1.5 setup (redet-le90_re50_refpn_1x_dota15.py). Prepare:
 #   python tools/data/dota_split.py data/DOTA2/train data/DOTA2/split_1024/train
 #   (the same for val and test). Difficult objects: the devkit's rule (ignore_difficult=True), as
 #   the DOTA-v1.0 configs; dataset=dict(ignore_difficult=False) for mmrotate's.
-_base_ = [
-    '../_base_/models/redet-le90_re50_refpn_roialign.py',
-    '../_base_/datasets/dota.py',
-    '../_base_/schedules/schedule_1x.py',
-    '../_base_/default_runtime.py',
-]
+_base_ = ['./redet-le90_re50_refpn_1x_dota15.py']
 model = dict(roi_head=dict(
     bbox_head=[dict(head, num_classes=18) for head in _base_.model.roi_head.bbox_head]))
 dataset_type = 'RedetDOTAv2Dataset'
