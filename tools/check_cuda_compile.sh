@@ -4,7 +4,8 @@
 # catches compile errors before a GPU machine is used. Usage: bash tools/check_cuda_compile.sh [files]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="${PYTHON:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3)}"
+VENV="${VIRTUAL_ENV:-${REDET_VENV:-$ROOT/.venv}}"  # the environment tools/run_tests.sh uses
+PY="${PYTHON:-$( [ -x "$VENV/bin/python" ] && echo "$VENV/bin/python" || echo python3)}"
 TORCH_INC=$("$PY" -c "import torch.utils.cpp_extension as e; print(' '.join('-I'+p for p in e.include_paths()))")
 PY_INC=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 OUT=$(mktemp -d)
