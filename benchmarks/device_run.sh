@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# One call on the GPU machine does it all: install the carried wheels (.devwheels), build the ops
+# One call on the GPU machine does it all: install the carried wheels (.devwheels, when there), build the ops
 # with CUDA (and, when .peers/dain holds DAIN's DepthFlowProjection sources, DAIN's kernels beside
 # it), run the benchmarks first on the idle GPU, then the whole test suite with compute-sanitizer
-# (memcheck and racecheck) over the tests/sanitize/sanitize_*.py drivers in parallel.
+# (memcheck and racecheck) over the benchmarks/sanitize/sanitize_*.py drivers in parallel.
 # Usage (repo root, on the device):
 #   bash benchmarks/device_run.sh ["TESTS"] ["BENCHES"] ["SANITIZE SCRIPTS"]
 # Each argument left out takes its default: TESTS `tests` (the whole suite; "" runs none),
-# BENCHES the four op benchmarks, SANITIZE every tests/sanitize/sanitize_*.py ("" runs none).
+# BENCHES the four op benchmarks, SANITIZE every benchmarks/sanitize/sanitize_*.py ("" runs none).
 # Benchmarks and sanitizer drivers are given as paths (benchmarks/ops/bench_x.py) and run as
 # modules.
 # Environment: OUT (default /tmp/out), PYTEST_WORKERS (default 8), REDET_TEST_GPUS (spread the
@@ -18,7 +18,7 @@ set -uo pipefail
 T0=$(date +%s)
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; LOGS="$OUT/logs"; mkdir -p "$LOGS"
 DEFAULT_BENCHES="benchmarks/ops/bench_riroi_align_rotated.py benchmarks/ops/bench_roi_pool.py benchmarks/ops/bench_depth_flow_projection.py benchmarks/ops/bench_rotated_extractor.py"
-TESTS="${1-tests}"; BENCHES="${2-$DEFAULT_BENCHES}"; SANITIZE="${3-$(ls tests/sanitize/sanitize_*.py)}"
+TESTS="${1-tests}"; BENCHES="${2-$DEFAULT_BENCHES}"; SANITIZE="${3-$(ls benchmarks/sanitize/sanitize_*.py)}"
 DAIN_SRC="${DAIN_SRC:-.peers/dain}"; DAIN_BUILD=/tmp/dain_build; DEADLINE_S="${DEADLINE_S:-570}"
 export PYTHONUNBUFFERED=1
 left() { echo $(( DEADLINE_S - ($(date +%s) - T0) )); }               # seconds to the deadline
@@ -32,7 +32,11 @@ finish() {
 trap finish EXIT
 module() { local m="${1%.py}"; echo "${m//\//.}"; }           # benchmarks/ops/x.py -> benchmarks.ops.x
 
-source .devwheels/install_wheels.sh .devwheels > "$LOGS/setup.log" 2>&1 || { cat "$LOGS/setup.log"; exit 1; }
+# A machine that reaches no package registry brings the OpenMMLab wheels in .devwheels/; elsewhere
+# the stack is installed already.
+if [ -d .devwheels ]; then
+  source .devwheels/install_wheels.sh .devwheels > "$LOGS/setup.log" 2>&1 || { cat "$LOGS/setup.log"; exit 1; }
+fi
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv >> "$LOGS/setup.log"
 # The image's default CXX (/opt/gcc/bin/g++ wrapper) links no shared libstdc++: C++ errors then
 # crash. Our build and DAIN's (in the flow benchmark too) use /usr/bin/g++.

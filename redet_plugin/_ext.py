@@ -9,7 +9,7 @@ except ImportError as error:  # not built, or built against another torch
     LOAD_ERROR = error
 
 REBUILD_HINT = ("build it with `pip install --no-build-isolation -e .` in the redet_plugin "
-                "checkout (or `bash tools/install.sh`)")
+                "checkout (or `bash scripts/install.sh`)")
 
 
 def is_loaded() -> bool:

@@ -1,12 +1,15 @@
-"""Inputs and helpers for testing the ops, shared by the tests, the compute-sanitizer drivers and
-the benchmarks. Needs torch only (no mm import), like redet_plugin.ops.
+"""Checks for testing models and ops, your own included, and the ops' test inputs, shared by the
+tests, the compute-sanitizer drivers and the benchmarks. Needs torch only (no mm import), like
+redet_plugin.ops.
 - channels_last_at_offset: a channels-last view whose data starts at a chosen storage offset;
 - capture: a function captured as a CUDA graph on static inputs;
 - record_host_syncs: every place a function makes the host wait for the GPU, with its stack;
+- waits_for_nothing: a block in which any such wait raises;
 - record_layout_mixes: every op of a function that reads or writes feature maps of more than one
   memory layout (each such op converts a layout or takes a slow strided path);
 - hole_case, exact_hole_case (HOLE_KINDS): flows whose depth-aware projection leaves large holes,
   and flows whose projection is exact in any summation order."""
+import contextlib
 import functools
 import importlib.util
 import os.path as osp
@@ -101,6 +104,19 @@ def record_host_syncs(fn):
             warnings.showwarning = previous
     torch.cuda.synchronize()
     return [dict(site=site, count=count, stack=chains[site]) for site, count in sites.most_common()]
+
+
+@contextlib.contextmanager
+def waits_for_nothing():
+    """Any host synchronisation in the block raises, those inside compiled ops too (they warn
+    outside Python's warning machinery): torch.cuda.set_sync_debug_mode('error') after the
+    GPU has finished what came before."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
 
 
 # ops that only make views or read metadata: they move no data, whatever the layouts

@@ -1,6 +1,7 @@
-"""Helpers shared by the tests (the ones the benchmarks and sanitizer drivers share too live in
-redet_plugin/testing.py). mm imports stay inside the functions, so that the ops tests load torch
-and the ops only."""
+"""Helpers of the tests only. What users can apply to their own models and ops (host-wait and
+layout checks, CUDA-graph capture), and the op inputs the benchmarks and sanitizer drivers share,
+ship in redet_plugin/testing.py. mm imports stay inside the functions, so that the ops tests load
+torch and the ops only."""
 import contextlib
 import math
 import os.path as osp
@@ -33,19 +34,6 @@ def full_fp32():
         yield
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = previous
-
-
-@contextlib.contextmanager
-def waits_for_nothing():
-    """Any host synchronisation in the block raises, those inside compiled ops too (they warn
-    outside Python's warning machinery): torch.cuda.set_sync_debug_mode('error') after the
-    GPU has finished what came before."""
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode('error')
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode('default')
 
 
 def peak_cpu_bytes(fn):

@@ -16,11 +16,9 @@ import os
 import os.path as osp
 import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout
+from mmengine.config import DictAction
 
-from mmengine.config import DictAction  # noqa: E402
-
-from tools._common import fail  # noqa: E402
+from redet_plugin.engine.cli import fail
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.tif', '.tiff', '.bmp', '.ppm', '.pgm', '.webp')
 

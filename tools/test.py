@@ -6,17 +6,14 @@
 import argparse
 import json
 import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout
+from mmengine.config import Config
+from mmengine.runner import Runner
 
-from mmengine.config import Config  # noqa: E402
-from mmengine.runner import Runner  # noqa: E402
-
-from tools._common import (add_runner_args, check_checkpoint_matches, check_classes,  # noqa: E402
-                           check_data_folders, data_errors_in_one_line, end_distributed, fail,
-                           load_config, parse_runner_args, setup_cpu_distributed)
-from tools._progress_hook import ProgressBarHook  # noqa: E402
+from redet_plugin.engine import ProgressBarHook
+from redet_plugin.engine.cli import (add_runner_args, check_data_folders, checked_checkpoint_load,
+                                     data_errors_in_one_line, fail, load_config, parse_runner_args)
+from redet_plugin.engine.cpu_distributed import end_distributed, setup_cpu_distributed
 
 
 def parse_args(argv=None):
@@ -53,17 +50,17 @@ def main(argv=None):
     check_data_folders(cfg, ('test_dataloader',))
     setup_cpu_distributed(cfg)
     runner = Runner.from_cfg(cfg)
-    checkpoint = check_checkpoint_matches(runner.model, args.checkpoint)
     with data_errors_in_one_line():
-        check_classes(runner.model, runner.test_dataloader.dataset, checkpoint, args.checkpoint)
+        classes = runner.test_dataloader.dataset.metainfo.get('classes') or ()
         runner.register_hook(ProgressBarHook(), priority='VERY_LOW')
         from redet_plugin.engine import BadImagesHook
         runner.register_hook(BadImagesHook())  # lists the images on_bad_image='skip' left out
         if args.out:
             from mmdet.evaluation import DumpDetResults
             runner.test_evaluator.metrics.append(DumpDetResults(out_file_path=args.out))
-        metrics = runner.test()
-    if runner.rank == 0:  # for scripts (tools/demo_main.py) and for the record
+        with checked_checkpoint_load(runner, args.checkpoint, strict=True, classes=classes):
+            metrics = runner.test()
+    if runner.rank == 0:  # for scripts (scripts/demo_main.py) and for the record
         with open(osp.join(cfg.work_dir, 'test_metrics.json'), 'w') as f:
             json.dump(metrics, f, indent=1)
     end_distributed()

@@ -5,16 +5,14 @@
 """
 import argparse
 import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # run from a checkout
+from mmengine.config import Config
+from mmengine.runner import Runner, find_latest_checkpoint
 
-from mmengine.config import Config  # noqa: E402
-from mmengine.runner import Runner, find_latest_checkpoint  # noqa: E402
-
-from tools._common import (add_runner_args, check_checkpoint_matches, check_classes,  # noqa: E402
-                           check_data_folders, data_errors_in_one_line, end_distributed, fail,
-                           load_config, parse_runner_args, setup_cpu_distributed)
+from redet_plugin.engine.cli import (add_runner_args, check_classes, check_data_folders,
+                                     checked_checkpoint_load, data_errors_in_one_line, fail,
+                                     load_config, parse_runner_args, training_stops_in_one_line)
+from redet_plugin.engine.cpu_distributed import end_distributed, setup_cpu_distributed
 
 
 def parse_args(argv=None):
@@ -40,13 +38,13 @@ def build_config(args) -> Config:
         if not gpu_available():  # mmengine would only fail after building everything
             fail('--amp needs a GPU (mixed precision runs on CUDA, NPU, MLU or MUSA devices); '
                  'none is available')
-        # (RedetOptimWrapper's deferred norm gains nothing under AMP: the loss scaler reads
-        # its inf check on the host every step)
-        if cfg.optim_wrapper.get('type', 'OptimWrapper') not in ('OptimWrapper',
-                                                                 'RedetOptimWrapper'):
+        # RedetOptimWrapper -> RedetAmpOptimWrapper: non-finite steps skipped and the loss
+        # scaler's inf check kept on the GPU (mmengine's AmpOptimWrapper reads it every step)
+        amp_types = dict(OptimWrapper='AmpOptimWrapper', RedetOptimWrapper='RedetAmpOptimWrapper')
+        if cfg.optim_wrapper.get('type', 'OptimWrapper') not in amp_types:
             fail('--amp: expected optim_wrapper type OptimWrapper or RedetOptimWrapper, got '
                  f'{cfg.optim_wrapper.type}')
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.type = amp_types[cfg.optim_wrapper.get('type', 'OptimWrapper')]
         cfg.optim_wrapper.loss_scale = 'dynamic'
     if args.auto_scale_lr:
         if not (cfg.get('auto_scale_lr') or {}).get('base_batch_size'):
@@ -87,22 +85,30 @@ def main(argv=None):
     check_data_folders(cfg, ('train_dataloader', 'val_dataloader'))
     setup_cpu_distributed(cfg)
     runner = Runner.from_cfg(cfg)
-    from redet_plugin.engine import BadImagesHook, remove_partial_writes
+    from redet_plugin.engine import BadImagesHook, NonFiniteStepsHook, remove_partial_writes
     runner.register_hook(BadImagesHook())  # lists the images on_bad_image='skip' left out
+    if not any(isinstance(hook, NonFiniteStepsHook) for hook in runner.hooks):
+        # names the steps skipped as non-finite (configs on default_runtime.py have it)
+        runner.register_hook(NonFiniteStepsHook())
     if cfg.resume and runner.rank == 0:  # temporary files of checkpoint writes a kill cut short
         remove_partial_writes(cfg.work_dir)
     resume_from = cfg.load_from if cfg.resume and cfg.load_from else (
         find_latest_checkpoint(cfg.work_dir) if cfg.resume else None)
-    checkpoint = None
-    if resume_from:
-        checkpoint = check_checkpoint_matches(runner.model, resume_from)
-    elif cfg.get('load_from') and '://' not in cfg.load_from:  # URLs: mmengine downloads them
-        # fine-tuning may change the heads; most weights must fit
-        check_checkpoint_matches(runner.model, cfg.load_from, strict=False)
+    # The checkpoint is checked when the Runner reads it: a resumed run continues on its
+    # classes; fine-tuning may change the heads and the classes, but most weights must fit.
+    load_from = cfg.get('load_from')
+    if resume_from or not load_from or '://' in load_from:  # URLs: mmengine downloads them
+        load_from = None
     with data_errors_in_one_line():
-        # a resumed run continues on its classes; a fine-tuned one may have others
-        check_classes(runner.model, runner.train_dataloader.dataset, checkpoint, resume_from)
-        runner.train()
+        dataset = runner.train_dataloader.dataset
+        if resume_from:
+            checked = checked_checkpoint_load(runner, resume_from, strict=True,
+                                              classes=dataset.metainfo.get('classes') or ())
+        else:
+            check_classes(runner.model, dataset)
+            checked = checked_checkpoint_load(runner, load_from, strict=False)
+        with checked, training_stops_in_one_line():
+            runner.train()
     end_distributed()
 
 

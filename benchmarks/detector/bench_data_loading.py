@@ -7,7 +7,8 @@ train_dataloader (its dataset, pipeline, sampler and collate) at each --workers 
 second over --batches batches, after each worker has delivered its first (start-up is left out).
 
     python -m benchmarks.detector.bench_data_loading --out data_loading.json [--workers 0 2 4 8]
-(from the repository root; data: python tools/data/make_synthetic_dota.py DIR --image-size 1024)
+(from the repository root; data:
+ python tools/dataset_converters/make_synthetic_dota.py DIR --image-size 1024)
 """
 import argparse
 import json
@@ -34,7 +35,7 @@ def parse_args(argv=None):
         p.error(f'--workers: expected counts >= 0, got {args.workers}')
     if not osp.isdir(osp.join(args.data_root, 'train')):
         p.error(f'--data-root: {args.data_root!r} has no train/ (make it with '
-                'python tools/data/make_synthetic_dota.py DIR --image-size 1024)')
+                'python tools/dataset_converters/make_synthetic_dota.py DIR --image-size 1024)')
     return args
 
 

@@ -68,9 +68,18 @@ CAPTURED = 'ours_graph_cl'  # the whole step captured in the configs' layout
 PROFILE_RUNS = ('ours_profile', 'ours_amp_profile')
 PROFILED_ITERS = 3  # the last iterations of a profile run, under torch.profiler
 MIN_RUN_S = 60  # a run is not started with less of the budget left
-MMROTATE_BASE = 'mmrotate::redet/redet-le90_re50_refpn_1x_dota.py'
 OPS_CONFIG = osp.join(REPO, 'configs/mmrotate/redet-le90_re50_refpn_1x_dota_redet-ops.py')
-OURS_CONFIG = osp.join(REPO, 'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py')
+# --dataset: mmrotate's config, ours, and how each names the generated splits (DOTA: folders;
+# HRSC2016: image-set lists under FullDataSet/, the same constructor arguments in both projects)
+DATASETS = dict(
+    dota=dict(mmrotate='mmrotate::redet/redet-le90_re50_refpn_1x_dota.py',
+              ours=osp.join(REPO, 'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py'),
+              runs=RUNS + PROFILE_RUNS),
+    hrsc=dict(mmrotate='mmrotate::redet/redet-le90_re50_refpn_3x_hrsc.py',
+              ours=osp.join(REPO, 'configs/redet/redet-le90_re50_refpn_3x_hrsc.py'),
+              runs=('mmrotate', 'ours', 'ours_amp', 'ours_eager', CAPTURED)),
+)
+MAP50_KEYS = ('dota/mAP', 'hrsc_voc07/AP50')  # mmrotate's DOTAMetric; ours on HRSC2016 (11 points)
 PEER_ANN_DIR = 'annfiles'  # labels without header lines, for mmrotate
 MEMORY_HOOK_IMPORT = 'redet_plugin.mm'  # registers RedetPeakMemoryHook (with the whole mm layer)
 MEMORY_HOOK = dict(type='mmdet.RedetPeakMemoryHook')
@@ -83,13 +92,16 @@ GOALS = dict(train_speedup=2.5, test_speedup=3.0, amp_speedup=1.4, amp_map_drop=
              captured_test_map_gap=0.002)
 
 
+DEFAULT_DATA_ROOT = osp.join(REPO, 'data', 'synthetic_dota_1024')
+
+
 def add_run_and_data_args(p, work_root):
     """The arguments every detector benchmark takes: where results, logs and runs go, and the
     synthetic data (made when missing)."""
     p.add_argument('--out', required=True, help='JSON file for the results')
     p.add_argument('--log-dir', help='logs and derived configs (default: next to --out)')
     p.add_argument('--work-root', default=osp.join(REPO, 'work_dirs', work_root))
-    p.add_argument('--data-root', default=osp.join(REPO, 'data', 'synthetic_dota_1024'))
+    p.add_argument('--data-root', default=DEFAULT_DATA_ROOT)
     p.add_argument('--num-train', type=int, default=100, help='images made when data is missing')
     p.add_argument('--num-val', type=int, default=50, help='test images made when data is missing')
     p.add_argument('--image-size', type=int, default=1024, help='of the images made')
@@ -107,7 +119,10 @@ def parse_args(argv=None):
     p.add_argument('--workers', type=int, default=8,
                    help="data loader workers per process (the configs' count)")
     p.add_argument('--runs', nargs='+', default=list(RUNS), choices=RUNS + PROFILE_RUNS)
-    p.add_argument('--ours-config', default=OURS_CONFIG)
+    p.add_argument('--dataset', choices=sorted(DATASETS), default='dota',
+                   help="whose configs and which generated layout: DOTA (mmrotate's 1x DOTA "
+                        "config) or HRSC2016 (both projects' 3x HRSC configs)")
+    p.add_argument('--ours-config', help="default: the --dataset's config of ours")
     p.add_argument('--min-iters-for-map', type=int, default=400,
                    help='below this, mAP goals are reported as null (too little training)')
     p.add_argument('--timeout', type=int, default=900, help='seconds per training or test process')
@@ -119,16 +134,30 @@ def parse_args(argv=None):
     if args.skip >= args.iters:
         p.error(f'--skip ({args.skip}) must be below --iters ({args.iters})')
     args.log_dir = args.log_dir or osp.splitext(args.out)[0]
+    dataset = DATASETS[args.dataset]
+    args.ours_config = args.ours_config or dataset['ours']
+    if args.dataset != 'dota' and args.data_root == DEFAULT_DATA_ROOT:
+        args.data_root = osp.join(REPO, 'data', f'synthetic_{args.dataset}')
+    unsupported = [run for run in args.runs if run not in dataset['runs']]
+    if unsupported:
+        p.error(f'--runs {unsupported}: not with --dataset {args.dataset} '
+                f'(its runs: {list(dataset["runs"])})')
     return args
 
 
 # ---- data ---------------------------------------------------------------------------------------
 def ensure_data(args, log_dir):
-    if not osp.isdir(osp.join(args.data_root, 'train', 'labelTxt')):
-        run_logged([sys.executable, osp.join(REPO, 'tools/data/make_synthetic_dota.py'),
-                    args.data_root, '--image-size', str(args.image_size), '--num-train',
-                    str(args.num_train), '--num-val', str(args.num_val)],
+    dataset = args.dataset
+    made = (osp.join(args.data_root, 'train', 'labelTxt') if dataset == 'dota' else
+            osp.join(args.data_root, 'ImageSets', 'test.txt'))
+    if not osp.exists(made):
+        run_logged([sys.executable, osp.join(REPO, 'tools/dataset_converters/make_synthetic_dota.py'),
+                    args.data_root, '--layout', dataset, '--image-size', str(args.image_size),
+                    '--num-train', str(args.num_train), '--num-val', str(args.num_val)],
                    osp.join(log_dir, 'make_data.log'), args.timeout, subprocess_env(), check=True)
+    if dataset != 'dota':
+        return {split: len(open(osp.join(args.data_root, 'ImageSets', f'{split}.txt')).read().split())
+                for split in ('trainval', 'test')}
     for split in ('train', 'val'):
         write_peer_labels(osp.join(args.data_root, split))
     return {split: len(glob.glob(osp.join(args.data_root, split, 'labelTxt', '*.txt')))
@@ -149,14 +178,16 @@ def write_peer_labels(split_dir):
 # ---- configs ------------------------------------------------------------------------------------
 def bench_configs(args, config_dir):
     """One derived config per project; every run of that project uses it."""
-    peer = dict(base=MMROTATE_BASE, ann=PEER_ANN_DIR, scratch='backbone=dict(init_cfg=None, '
-                'frozen_stages=-1)')
+    peer = dict(base=DATASETS[args.dataset]['mmrotate'], ann=PEER_ANN_DIR,
+                scratch='backbone=dict(init_cfg=None, frozen_stages=-1)')
     configs = {
         'mmrotate': dict(peer),
         'mmrotate_ops': dict(peer, base=OPS_CONFIG),
         'ours': dict(base=osp.abspath(args.ours_config), ann='labelTxt',
                      scratch='backbone=dict(init_cfg=None, frozen_stages=-1)'),
     }
+    if args.dataset != 'dota':
+        del configs['mmrotate_ops']
     os.makedirs(config_dir, exist_ok=True)
     paths = {}
     for name, spec in configs.items():
@@ -234,9 +265,15 @@ def roi_layers(config_path):
 def config_text(args, spec):
     root = osp.abspath(args.data_root) + '/'
     loader = f'num_workers={args.workers}, persistent_workers={args.workers > 0}'
-    datasets = {key: dict(data_root=root, ann_file=f"{split}/{spec['ann']}/",
-                          data_prefix=dict(img_path=f'{split}/images/'))
-                for key, split in (('train_dataloader', 'train'), ('test_dataloader', 'val'))}
+    if args.dataset == 'dota':
+        datasets = {key: dict(data_root=root, ann_file=f"{split}/{spec['ann']}/",
+                              data_prefix=dict(img_path=f'{split}/images/'))
+                    for key, split in (('train_dataloader', 'train'), ('test_dataloader', 'val'))}
+    else:
+        datasets = {key: dict(data_root=root, ann_file=f'ImageSets/{split}.txt',
+                              data_prefix=dict(sub_data_root='FullDataSet/'))
+                    for key, split in (('train_dataloader', 'trainval'),
+                                       ('test_dataloader', 'test'))}
     return f"""# Written by benchmarks/detector/bench_detector_vs_mmrotate.py: the shared benchmark
 # settings.
 _base_ = {spec['base']!r}
@@ -374,7 +411,8 @@ def test_summary(test_dir):
     return dict(s_per_image=statistics.median(steady) if steady else None,
                 model_s_per_image=statistics.median(model_steady) if model_steady else None,
                 logged_windows=windows, peak_memory_mb=max(memory) if memory else None,
-                peak_cuda_memory=read_peaks(test_dir), mAP50=metrics.get('dota/mAP'),
+                peak_cuda_memory=read_peaks(test_dir),
+                mAP50=next((metrics[key] for key in MAP50_KEYS if key in metrics), None),
                 metrics=metrics)
 
 
@@ -577,15 +615,16 @@ def main(argv=None):
     images = ensure_data(args, args.log_dir)
     configs = bench_configs(args, osp.join(args.log_dir, 'configs'))
     result = dict(
-        what='ReDet R50 (ReResNet-50 + ReFPN) on synthetic DOTA-format images: mmrotate-dev 1.0.1 '
-             'as shipped, mmrotate with our RoI ops, ours; same data, schedule and batch, from '
-             'scratch (benchmarks/detector/bench_detector_vs_mmrotate.py)',
+        what=f'ReDet R50 (ReResNet-50 + ReFPN) on synthetic {args.dataset.upper()}-layout images: '
+             'mmrotate-dev 1.0.1 as shipped, mmrotate with our RoI ops (DOTA), ours; same data, '
+             'schedule and batch, from scratch (benchmarks/detector/bench_detector_vs_mmrotate.py)',
         command=' '.join(['python -m benchmarks.detector.bench_detector_vs_mmrotate']
                          + (argv if argv is not None else sys.argv[1:])),
         environment=environment(gpus),
         settings=dict(iters=args.iters, batch_per_gpu=2, log_interval=args.log_interval,
                       skip=args.skip, lr_warmup=args.lr_warmup, workers=args.workers,
-                      resize=args.resize or 1024, data_root=args.data_root, images=images,
+                      resize=args.resize or "the configs' own", dataset=args.dataset,
+                      data_root=args.data_root, images=images,
                       roi_layers={name: roi_layers(path) for name, path in configs.items()}),
         runs={})
     def save(run, outcome):  # after every run: a cut call keeps the finished runs

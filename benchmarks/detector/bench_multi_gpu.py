@@ -70,9 +70,10 @@ def parse_args(argv=None):
 # ---- data and config ----------------------------------------------------------------------------
 def ensure_data(args, env):
     if not osp.isdir(osp.join(args.data_root, 'train', 'labelTxt')):
-        rc, _ = run_logged([sys.executable, osp.join(REPO, 'tools/data/make_synthetic_dota.py'),
-                            args.data_root, '--image-size', str(args.image_size), '--num-train',
-                            str(args.num_train), '--num-val', str(args.num_val)],
+        make_data = osp.join(REPO, 'tools/dataset_converters/make_synthetic_dota.py')
+        rc, _ = run_logged([sys.executable, make_data, args.data_root, '--image-size',
+                            str(args.image_size), '--num-train', str(args.num_train),
+                            '--num-val', str(args.num_val)],
                            osp.join(args.log_dir, 'make_data.log'), args.timeout, env)
         if rc != 0:
             sys.exit(f'error: making the data failed; see {args.log_dir}/make_data.log')

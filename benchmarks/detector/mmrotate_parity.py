@@ -18,7 +18,6 @@ import contextlib
 import copy
 import json
 import os.path as osp
-import sys
 import time
 
 import torch
@@ -98,7 +97,7 @@ def tensors(feats):
 def stages(model, data, ours: bool):
     """inputs, FPN features, proposals (boxes, scores) and detections of one image."""
     from mmdet.structures.bbox import get_box_tensor
-    from redet_plugin.models.layers.padded_results import cut_padding
+    from redet_plugin.structures.padded_results import cut_padding
     inputs, samples = data['inputs'], data['data_samples']
     with torch.no_grad():
         feats = model.extract_feat(inputs)
@@ -188,9 +187,10 @@ VARIANTS = {
 
 def main(argv=None):
     args = parse_args(argv)
-    sys.path.insert(0, REPO)
-    from tests._helpers import register_mmrotate
-    register_mmrotate()
+    # mmrotate's modules in its registries (no default scope: each side builds in its own); they
+    # need mmrotate's torchvision, as mmrotate's own tools that trained the checkpoint did
+    from mmrotate.utils import register_all_modules
+    register_all_modules(init_default_scope=False)
     import redet_plugin.mm  # noqa: F401
     from mmengine.config import Config
     start = time.time()

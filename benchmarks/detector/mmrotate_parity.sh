@@ -19,11 +19,11 @@ cat > "$OUT/ours_test.py" <<EOF
 _base_ = ['$PWD/configs/redet/redet-le90_re50_refpn_mmrotate-compat_1x_dota.py']
 test_dataloader = dict(dataset=dict(data_root='$DATA/', ann_file='val/labelTxt/',
     data_prefix=dict(img_path='val/images/'), pipeline=_base_.val_pipeline))
-test_evaluator = _base_.val_evaluator
+test_evaluator = dict(_base_.val_evaluator, _delete_=True)  # the base's writes Task1 files only
 EOF
 python3 tools/test.py "$OUT/ours_test.py" "$CKPT" --work-dir "$WORK/ours_test" > "$OUT/ours_test.log" 2>&1
 echo "our test rc=$?"; grep -E "mAP|dota/" "$OUT/ours_test.log" | tail -3
 grep -E "mAP" "$OUT/bench_logs/test_mmrotate.log" | tail -2
+tar -czf "$OUT/parity_logs.tar.gz" -C "$OUT" bench_logs ours_test.log bench.log 2>/dev/null; rm -rf "$OUT/bench_logs"
 python3 -m benchmarks.detector.mmrotate_parity --mmrotate-config "$THEIR_CONFIG" --checkpoint "$CKPT" \
   --our-config "$OUT/ours_test.py" --images "$IMAGES" --out "$OUT/parity.json" "$@" 2>&1 | tee "$OUT/parity.log" | grep -v Warning
-tar -czf "$OUT/parity_logs.tar.gz" -C "$OUT" bench_logs ours_test.log bench.log 2>/dev/null; rm -rf "$OUT/bench_logs"

@@ -10,7 +10,7 @@ import json
 import statistics
 from pathlib import Path
 
-from tools.analysis.plot_curves import find_scalar_files, read_records
+from tools.analysis_tools.plot_curves import find_scalar_files, read_records
 
 
 def summarize(work_dir: str, batch_size: int, skip: int) -> dict:

@@ -16,9 +16,9 @@ import torch
 from e2cnn import nn as enn
 
 from benchmarks._timing import environment, require_cuda, time_cuda, write_json
-from redet_plugin.models.equivariant import regular_type
-from redet_plugin.models import field_batch_norm as field_batch_norm_module
-from redet_plugin.models.field_batch_norm import FieldBatchNorm
+from redet_plugin.models.layers.equivariant import regular_type
+from redet_plugin.models.layers import field_batch_norm as field_batch_norm_module
+from redet_plugin.models.layers.field_batch_norm import FieldBatchNorm
 
 SHAPES = [(2, 64, 512, 512), (2, 64, 256, 256), (2, 256, 256, 256), (2, 128, 128, 128),
           (2, 512, 128, 128), (2, 1024, 64, 64), (2, 2048, 32, 32)]

@@ -17,7 +17,7 @@ import torch
 
 from benchmarks._timing import (back_to_back_us, dtype_name, environment, require_cuda, time_cuda,
                                 write_json)
-from redet_plugin.models.roi_extractors import RotatedSingleRoIExtractor
+from redet_plugin.models.roi_heads.roi_extractors import RotatedSingleRoIExtractor
 from redet_plugin.ops import RiRoIAlignRotated
 
 IMAGE, STRIDES, CHANNELS = 1024, [4, 8, 16, 32, 64], 256

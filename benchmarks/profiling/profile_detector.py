@@ -47,7 +47,7 @@ def parse_args(argv=None):
                                     'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py'))
     p.add_argument('--data-root', default=osp.join(REPO, 'data', 'synthetic_dota_1024'),
                    help='DOTA-format folder with train/ and val/ '
-                   '(tools/data/make_synthetic_dota.py)')
+                   '(tools/dataset_converters/make_synthetic_dota.py)')
     p.add_argument('--checkpoint', help='trained weights (else random: see the note above)')
     p.add_argument('--resize', type=int, help="Resize scale (default: the config's 1024)")
     p.add_argument('--amp', action='store_true', help='forward under fp16 autocast')
@@ -73,7 +73,7 @@ def parse_args(argv=None):
         p.error(f'--checkpoint: {args.checkpoint!r} does not exist')
     if not osp.isdir(osp.join(args.data_root, 'train')):
         p.error(f'--data-root: {args.data_root!r} has no train/ (make it with '
-                'python tools/data/make_synthetic_dota.py DIR --image-size 1024)')
+                'python tools/dataset_converters/make_synthetic_dota.py DIR --image-size 1024)')
     return args
 
 
@@ -346,7 +346,7 @@ def queued_logs():
     """Training steps within log their values as in a Runner with RedetRuntimeInfoHook: they
     wait on the device (no read-back per step)."""
     from mmengine.logging import MessageHub
-    from redet_plugin.engine.deferred_scalars import attach_queue, detach_queue
+    from redet_plugin.utils.deferred_scalars import attach_queue, detach_queue
     hub = MessageHub.get_current_instance()
     attach_queue(hub)
     try:

@@ -10,7 +10,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks._timing import back_to_back_us, require_cuda
 from benchmarks.ops.bench_rotated_extractor import CHANNELS, LAYER, STRIDES, make_inputs
-from redet_plugin.models.roi_extractors import RotatedSingleRoIExtractor
+from redet_plugin.models.roi_heads.roi_extractors import RotatedSingleRoIExtractor
 from redet_plugin.ops import RiRoIAlignRotated
 
 

@@ -14,7 +14,12 @@ default_hooks = dict(
     checkpoint=dict(type='RedetCheckpointHook', interval=1, max_keep_ckpts=3,
                     backend_args=dict(backend='redet_atomic_local')),
     sampler_seed=dict(type='DistSamplerSeedHook'),
-    visualization=dict(type='DetVisualizationHook'))
+    visualization=dict(type='DetVisualizationHook'),
+    # RedetOptimWrapper skips a step whose loss or gradients are not finite (the weights, the
+    # optimizer state and the BN statistics stay as they were); this hook logs each with its
+    # iteration and images, and stops the run after more than max_consecutive_nonfinite in a row
+    # (redet_plugin/engine/nonfinite_steps_hook.py, docs/failures.md)
+    nonfinite_steps=dict(type='RedetNonFiniteStepsHook', max_consecutive_nonfinite=20))
 
 env_cfg = dict(
     cudnn_benchmark=False,

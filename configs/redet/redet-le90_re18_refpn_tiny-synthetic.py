@@ -1,5 +1,5 @@
 # A narrow ReResNet-18 + ReFPN ReDet for the synthetic set (generated under data_root on first
-# use), sized to train on a 2-core CPU in about 15 minutes (tools/demo_main.py).
+# use), sized to train on a 2-core CPU in about 15 minutes (scripts/demo_main.py).
 # Same architecture as the R50 model, smaller numbers.
 _base_ = [
     '../_base_/models/redet-le90_re50_refpn.py',
@@ -76,7 +76,8 @@ param_scheduler = [
     dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[9, 11], gamma=0.1)
 ]
 # RedetOptimWrapper: mmengine's OptimWrapper whose clipping logs the gradient norm
-# without waiting for the GPU (read back with the losses, once per log interval)
+# without waiting for the GPU (read back with the losses, once per log interval), and which
+# skips a step whose loss or gradients are not finite, decided on the GPU (docs/failures.md)
 optim_wrapper = dict(
     type='RedetOptimWrapper',
     optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),

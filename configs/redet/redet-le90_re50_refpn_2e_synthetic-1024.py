@@ -2,7 +2,7 @@
 # classes are DOTA class names: a GPU smoke/speed run, 400 training images = 200 iterations per
 # epoch at batch 2; tools/test.py evaluates on the val split (classes without objects are left
 # out of the mAP). Make the data first:
-#   python tools/data/make_synthetic_dota.py data/synthetic_dota_1024 --image-size 1024
+#   python tools/dataset_converters/make_synthetic_dota.py data/synthetic_dota_1024 --image-size 1024
 _base_ = ['./redet-le90_re50_refpn_1x_dota.py']
 
 data_root = 'data/synthetic_dota_1024/'

@@ -5,9 +5,9 @@
 #
 # 1. Split DOTA-v1.0 (data/DOTA/{train,val,test} as downloaded; test has images only), train
 #    and val into one trainval folder:
-#   python tools/data/dota_split.py data/DOTA/train data/DOTA/split_ms_1024/trainval --patch-size 1024 --gap 500 --rates 0.5 1.0 1.5
-#   python tools/data/dota_split.py data/DOTA/val data/DOTA/split_ms_1024/trainval --patch-size 1024 --gap 500 --rates 0.5 1.0 1.5
-#   python tools/data/dota_split.py data/DOTA/test data/DOTA/split_ms_1024/test --patch-size 1024 --gap 500 --rates 0.5 1.0 1.5
+#   python tools/dataset_converters/dota_split.py data/DOTA/train data/DOTA/split_ms_1024/trainval --patch-size 1024 --gap 500 --rates 0.5 1.0 1.5
+#   python tools/dataset_converters/dota_split.py data/DOTA/val data/DOTA/split_ms_1024/trainval --patch-size 1024 --gap 500 --rates 0.5 1.0 1.5
+#   python tools/dataset_converters/dota_split.py data/DOTA/test data/DOTA/split_ms_1024/test --patch-size 1024 --gap 500 --rates 0.5 1.0 1.5
 # 2. Train (no validation: train + val are the training set):
 #   python tools/train.py configs/redet/redet-le90_re50_refpn_rr-1x_dota-ms.py
 # 3. Detect on the test patches, merged back into the full test images, and write the submission

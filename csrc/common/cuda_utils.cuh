@@ -1,5 +1,6 @@
 // Small CUDA helpers shared by the ops' kernels. Only c10/cuda headers (not ATen/cuda, which
-// pulls cuBLAS/cuSPARSE headers), so tools/check_cuda_compile.sh can compile kernels on a CPU machine.
+// pulls cuBLAS/cuSPARSE headers), so scripts/check_cuda_compile.sh can compile kernels on a CPU
+// machine.
 #pragma once
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>

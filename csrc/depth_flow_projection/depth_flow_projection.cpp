@@ -27,7 +27,7 @@ TORCH_LIBRARY_IMPL(redet, CPU, m) {  // cpu/depth_flow_projection_cpu.cpp
 }
 
 #ifdef REDET_WITH_CUDA
-TORCH_LIBRARY_IMPL(redet, CUDA, m) {  // cuda/forward.cu, cuda/backward.cu
+TORCH_LIBRARY_IMPL(redet, CUDA, m) {  // cuda/depth_flow_projection_{forward,backward}.cu
   m.impl("depth_flow_projection", &depth_flow_projection_forward_cuda);
   m.impl("_depth_flow_projection_backward", &depth_flow_projection_backward_cuda);
 }

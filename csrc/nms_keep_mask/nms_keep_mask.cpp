@@ -17,7 +17,7 @@ TORCH_LIBRARY_IMPL(redet, CPU, m) {  // cpu/nms_keep_mask_cpu.cpp
 }
 
 #ifdef REDET_WITH_CUDA
-TORCH_LIBRARY_IMPL(redet, CUDA, m) {  // cuda/forward.cu
+TORCH_LIBRARY_IMPL(redet, CUDA, m) {  // cuda/nms_keep_mask_forward.cu
   m.impl("nms_keep_mask", &nms_keep_mask_cuda);
 }
 #endif

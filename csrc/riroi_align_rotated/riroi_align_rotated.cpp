@@ -104,7 +104,7 @@ TORCH_LIBRARY_IMPL(redet, CPU, m) {  // cpu/riroi_align_rotated_cpu.cpp
 }
 
 #ifdef REDET_WITH_CUDA
-TORCH_LIBRARY_IMPL(redet, CUDA, m) {  // cuda/forward.cu, cuda/backward.cu
+TORCH_LIBRARY_IMPL(redet, CUDA, m) {  // cuda/riroi_align_rotated_{forward,backward}.cu
   using Cuda = Schemas<&riroi_align_rotated_forward_cuda, &riroi_align_rotated_backward_cuda>;
   m.impl("riroi_align_rotated", &Cuda::align);
   m.impl("_riroi_align_rotated_backward", &Cuda::align_backward);

@@ -22,7 +22,7 @@ TORCH_LIBRARY_IMPL(redet, CPU, m) {  // cpu/roi_pool_cpu.cpp
 }
 
 #ifdef REDET_WITH_CUDA
-TORCH_LIBRARY_IMPL(redet, CUDA, m) {  // cuda/forward.cu, cuda/backward.cu
+TORCH_LIBRARY_IMPL(redet, CUDA, m) {  // cuda/roi_pool_forward.cu, cuda/roi_pool_backward.cu
   m.impl("roi_pool", &roi_pool_forward_cuda);
   m.impl("_roi_pool_backward", &roi_pool_backward_cuda);
 }

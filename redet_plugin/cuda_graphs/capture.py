@@ -3,7 +3,7 @@ import contextlib
 
 import torch
 
-__all__ = ["capturing", "failure_reason"]
+__all__ = ["CAPTURE_MODE", "capture_graph", "failure_reason", "on_capture_stream"]
 
 CAPTURE_MODE = "thread_local"  # a data loader's pin-memory thread may keep using CUDA
 _CAPTURE_STREAMS = {}  # device index -> the side stream of every capture on that device
@@ -21,9 +21,23 @@ def _capture_stream() -> torch.cuda.Stream:
 
 
 @contextlib.contextmanager
-def capturing(graph: torch.cuda.CUDAGraph, pool):
-    """Captures the block's work into `graph` (memory from `pool`), on the device's capture
-    stream.
+def on_capture_stream():
+    """Runs the block (e.g. the eager warm-up before a capture) on the device's capture stream,
+    ordered after the work queued so far and before the work queued after it. Memory the
+    block frees stays cached for that stream, where the next warm-up finds it again."""
+    side = _capture_stream()
+    side.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(side):
+            yield
+    finally:
+        torch.cuda.current_stream().wait_stream(side)
+
+
+@contextlib.contextmanager
+def capture_graph(graph: torch.cuda.CUDAGraph, pool=None):
+    """Captures the block's work into `graph` (memory from `pool`; None: a pool of its own), on
+    the device's capture stream.
 
     A capture that fails ends without its generator epilogue: torch's default CUDA generator
     stays marked as capturing, and every later random draw of the process raises ("Offset

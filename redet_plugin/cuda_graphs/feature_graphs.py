@@ -9,12 +9,13 @@ grad a forward graph. The graphs run the eager modules' kernels, so the results 
 
 One graph (or forward/backward pair) per input shape and dtype, autocast dtype, grad and
 inference mode and module state (train/eval of every submodule, requires_grad of every
-parameter), up to `max_graphs`. Past that, and wherever a graph cannot serve, the eager modules
-run: input not on CUDA or requiring grad, a capture or torch.compile in progress, SyncBatchNorm
-inside, (with grad) no trainable parameter, or a second forward while the backward of the
-graph's last replay is still to come. A graph reads the parameters and buffers in place; when
-one of them is replaced (`.half()`, `.to()`, a new eval-mode filter cache after `train()`), its
-graph is captured again.
+parameter), up to `max_graphs`. Wherever a graph cannot serve, the eager modules run: input not
+on CUDA or requiring grad, a capture or torch.compile in progress, SyncBatchNorm inside, (with
+grad) no trainable parameter, a second forward while the backward of the graph's last replay is
+still to come, and, with one line in the log naming why, past `max_graphs` and after a capture
+that failed (from then on). A graph reads the parameters and buffers in place; when one of them
+is replaced (`.half()`, `.to()`, a new eval-mode filter cache after `train()`), its graph is
+captured again.
 
 A capture runs the modules a few times on the batch it is given (warm-up); the buffers those runs
 change (batch-norm running statistics, batches tracked) are put back, so the first replay updates
@@ -26,12 +27,11 @@ import weakref
 import torch
 from torch import nn
 
+from .capture import capture_graph, on_capture_stream
+from .graph_cache import GraphCache
 from .module_walk import ModuleWalk
 
 __all__ = ["FeatureGraphs"]
-
-# other threads (a data loader's pin-memory thread) may keep using CUDA during a capture
-_CAPTURE_MODE = "thread_local"
 
 
 class _FeatureNet(nn.Module):
@@ -55,14 +55,11 @@ class _ForwardGraph:
 
     def __init__(self, net: nn.Module, x: torch.Tensor, warmup: int):
         self.input = x.clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        with on_capture_stream():
             for _ in range(warmup):  # cuDNN/cuBLAS set-up and lazy caches, outside the capture
                 net(self.input)
-        torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, capture_error_mode=_CAPTURE_MODE):
+        with capture_graph(self.graph):
             self.outputs = net(self.input)
 
     def busy(self) -> bool:
@@ -125,23 +122,22 @@ class _TrainingGraph:
         def backward_of(outputs, grad_outputs):
             return torch.autograd.grad(outputs, leaves, grad_outputs, allow_unused=True)
 
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        with on_capture_stream():
             for _ in range(warmup):  # cuDNN/cuBLAS set-up, outside the capture
                 outputs = forward()
                 backward_of(outputs, [torch.ones_like(o) for o in outputs])
-        # Warm-up outputs kept alive keep the aliases' gradient accumulators made on the side
-        # stream, and the capture (on another stream) would reuse them; torch warns when an
-        # accumulator's stream differs from its producer's.
-        del outputs
-        torch.cuda.current_stream().wait_stream(side)
+            # Warm-up outputs kept alive would keep their activations beside the graphs' pool,
+            # and the aliases' gradient accumulators of the warm-up, which the capture would
+            # reuse (torch warns when an accumulator's stream differs from its producer's).
+            del outputs
+        # one pool for this forward and its backward: the backward reads the forward's
+        # activations; graphs of other keys may replay in between, so they get pools of their own
         pool = torch.cuda.graph_pool_handle()
         self.forward_graph, self.backward_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.forward_graph, pool=pool, capture_error_mode=_CAPTURE_MODE):
+        with capture_graph(self.forward_graph, pool):
             self.outputs = forward()
         self.grad_outputs = tuple(torch.empty_like(o) for o in self.outputs)
-        with torch.cuda.graph(self.backward_graph, pool=pool, capture_error_mode=_CAPTURE_MODE):
+        with capture_graph(self.backward_graph, pool):
             self.grads = backward_of(self.outputs, self.grad_outputs)
         self.outputs = tuple(o.detach() for o in self.outputs)
         self.replays, self.backward_ran, self._last_node = 0, True, lambda: None
@@ -155,7 +151,7 @@ class _TrainingGraph:
         return outputs
 
 
-class FeatureGraphs:
+class FeatureGraphs(GraphCache):
     """The graphs of one detector's backbone + neck; `__call__` returns None where eager must run.
 
     Args:
@@ -164,30 +160,14 @@ class FeatureGraphs:
         warmup: eager runs before each capture.
     """
 
+    option = "cuda_graph_features"
+    shared_pool = False  # (a training graph's backward may follow other graphs' replays)
+
     def __init__(self, max_graphs: int = 2, warmup: int = 3):
-        if not isinstance(max_graphs, int) or max_graphs < 1:
-            raise ValueError(f"cuda_graph_features: max_graphs must be an int >= 1; got {max_graphs!r}")
-        if not isinstance(warmup, int) or warmup < 1:
-            raise ValueError(f"cuda_graph_features: warmup must be an int >= 1; got {warmup!r}")
-        self.max_graphs, self.warmup = max_graphs, warmup
-        self._graphs = {}  # key -> (storage key, graph)
-
-    # a copy of the model (deepcopy for EMA, pickling) starts without graphs: they belong to the
-    # tensors of this one
-    def __deepcopy__(self, memo):
-        return FeatureGraphs(self.max_graphs, self.warmup)
-
-    def __getstate__(self):
-        return dict(max_graphs=self.max_graphs, warmup=self.warmup)
-
-    def __setstate__(self, state):
-        self.__init__(**state)
-
-    def __len__(self):
-        return len(self._graphs)
+        super().__init__(max_graphs=max_graphs, warmup=warmup)
 
     def __call__(self, backbone: nn.Module, neck, x: torch.Tensor):
-        if not self._usable(x):
+        if self.failed is not None or not self._usable(x):
             return None
         net = _FeatureNet(backbone, neck)
         walk = ModuleWalk(net)
@@ -199,17 +179,14 @@ class FeatureGraphs:
         amp_dtype = _autocast_dtype()
         key = (tuple(x.shape), x.dtype, x.device, with_grad, torch.is_inference_mode_enabled(),
                amp_dtype, walk.state_key())
-        storage = walk.storage_key()
-        entry = self._graphs.get(key)
-        if entry is None or entry[0] != storage:
-            if entry is None and len(self._graphs) >= self.max_graphs:
-                return None
-            self._graphs.pop(key, None)  # (frees a stale graph before capturing its successor)
-            entry = self._graphs[key] = (storage, self._capture(net, walk.buffers, x, with_grad,
-                                                                amp_dtype))
-        graph = entry[1]
-        if graph.busy():
-            return None  # (a second forward before the first one's backward)
+        # (no eager calls before a capture: each capture warms up on its first batch)
+        graph = self.graph_for(
+            key, walk.storage_key(), lambda: ModuleWalk(net).storage_key(), 0,
+            "input layouts (shape, dtype, grad mode, autocast, module state)",
+            f"backbone + neck: inputs {tuple(x.shape)}, {'with' if with_grad else 'no'} grad",
+            lambda _no_pool: self._capture(net, walk.buffers, x, with_grad, amp_dtype))
+        if graph is None or graph.busy():
+            return None  # (busy: a second forward before the first one's backward)
         with self._autocast(amp_dtype):
             return graph(x)
 
@@ -228,9 +205,12 @@ class FeatureGraphs:
     def _capture(self, net: nn.Module, buffers: list, x: torch.Tensor, with_grad: bool,
                  amp_dtype):
         saved = [b.clone() for b in buffers]
-        with self._autocast(amp_dtype):
-            graph = (_TrainingGraph if with_grad else _ForwardGraph)(net, x, self.warmup)
-        with torch.no_grad():  # undo the warm-up runs' updates (running statistics)
-            for b, s in zip(buffers, saved):
-                b.copy_(s)
-        return graph
+        try:
+            with self._autocast(amp_dtype):
+                return (_TrainingGraph if with_grad else _ForwardGraph)(net, x, self.warmup)
+        finally:
+            # undo the warm-up runs' updates (running statistics), also where the capture
+            # failed: the eager step that runs instead updates them once
+            with torch.no_grad():
+                for b, s in zip(buffers, saved):
+                    b.copy_(s)

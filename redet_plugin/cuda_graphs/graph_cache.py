@@ -1,5 +1,6 @@
-"""What StepGraphs and PredictGraphs share: captured graphs by key, one memory pool for all of
-them, the reason of a failed capture, and one log line per message."""
+"""What FeatureGraphs, StepGraphs and PredictGraphs share: captured graphs by key, their
+arguments' checks, copies without graphs, one memory pool for all of them (where their graphs
+never interleave), the reason of a failed capture, and one log line per message."""
 import logging
 import time
 from typing import Callable, Optional
@@ -21,6 +22,10 @@ class GraphCache:
     """
 
     option = "cuda_graph"
+    # one memory pool for all graphs of a cache: they never run at the same time, and nothing one
+    # of them leaves behind is read by another. A cache whose graphs may interleave sets False:
+    # make() then gets None and gives each graph a pool of its own.
+    shared_pool = True
 
     def __init__(self, **arguments):
         for name, value in arguments.items():
@@ -82,7 +87,7 @@ class GraphCache:
         """`make(pool)` captures a graph for `key`; None where it fails (the reason is logged
         and kept: eager from then on)."""
         self._graphs.pop(key, None)  # (frees a stale graph before capturing its successor)
-        if self._pool is None:
+        if self.shared_pool and self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         start = time.perf_counter()
         try:

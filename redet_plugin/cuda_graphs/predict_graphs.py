@@ -1,7 +1,7 @@
 """A whole test forward replayed as one CUDA graph (ReDet's `cuda_graph_predict` option).
 
 The test forward waits for nothing until its last step, the cut of the fixed-size detections
-(models/layers/padded_results.py). Backbone, neck, RPN, proposals, both R-CNN stages and the
+(structures/padded_results.py). Backbone, neck, RPN, proposals, both R-CNN stages and the
 NMS are captured once and replayed with one launch per batch; the cut of the replay's padded
 results is the one read-back of a batch.
 
@@ -18,8 +18,8 @@ import torch
 from mmengine.structures import InstanceData
 from torch import nn
 
-from ..models.layers.padded_results import keep_padding
-from .capture import capturing
+from ..structures.padded_results import keep_padding
+from .capture import capture_graph
 from .graph_cache import GraphCache
 from .module_walk import ModuleWalk
 from .step_graphs import hashable
@@ -35,7 +35,7 @@ class _PredictGraph:
     def __init__(self, model, inputs: torch.Tensor, samples: list, rescale: bool, pool):
         self.inputs = inputs.clone()
         self.graph = torch.cuda.CUDAGraph()
-        with keep_padding(), capturing(self.graph, pool):
+        with keep_padding(), capture_graph(self.graph, pool):
             self.results = _forward(model, self.inputs, samples, rescale)
 
     def replay(self, inputs: torch.Tensor) -> List[InstanceData]:

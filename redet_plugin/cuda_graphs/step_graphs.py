@@ -17,24 +17,32 @@ What a captured step needs, and what it does about it:
   captured as torch's fused SGD kernel (the foreach step's update, with lr rounded to float32);
   Adam and AdamW as their capturable step, which they keep from then on.
 - Gradient clipping: `clip_grad_norm_`/`clip_grad_value_` run in the graph; the norm is logged
-  through redet_plugin.engine.defer_scalar (read back once per log interval).
+  through redet_plugin.utils.deferred_scalars.defer_scalar (read back once per log interval).
 - Warm-up: the first `warmup_iters` steps of each graph's key run eagerly (cuDNN/cuBLAS set-up,
   lazily built caches, the optimizer's momentum buffers), then the next one is captured. A key
   that differs from a captured one in gt capacity alone is captured at once: its eager steps
   would only regrow the eager memory cache beside the graphs' pool.
 
-AMP (AmpOptimWrapper) is captured with SGD: torch's fused SGD takes the loss scaler's scale
-and inf flag as device tensors, and the scaler's update runs on the device. Where the inf check
-skipped every warm-up step, no step has made SGD's momentum buffers: they are made as zeros
-before the capture (a first step's result when dampening is 0; with dampening, eager steps run
-until one has made them).
+Non-finite steps: with RedetOptimWrapper or RedetAmpOptimWrapper, the graph runs the wrapper's
+guard (redet_plugin/utils/nonfinite_guard.py), the same calls as the eager step: a step whose
+loss or gradients are not finite leaves the parameters, the optimizer state and the BN
+statistics as they were, decided on the device; each replay hands a copy of its flag to the
+guard, for RedetNonFiniteStepsHook to read with the losses.
+
+AMP: RedetAmpOptimWrapper is captured with SGD, Adam and AdamW: the guard unscales, checks and
+steps without GradScaler.step (which reads the inf check on the host), and the scaler's update
+runs on the device. mmengine's AmpOptimWrapper is captured with SGD: torch's fused SGD takes the
+loss scaler's scale and inf flag as device tensors. Where the inf check skipped every warm-up
+step, no step has made SGD's momentum buffers: they are made as zeros before the capture (a
+first step's result when dampening is 0; with dampening, eager steps run until one has made
+them).
 
 Anything a graph cannot serve runs the eager step, with one line (once per reason) naming why:
-another optim wrapper, AmpOptimWrapper with another optimizer (its loss scaling would read the
-inf flag on the host), gradient accumulation, an optimizer other than SGD, Adam and AdamW,
-SyncBatchNorm, inputs not on CUDA, more layouts than `max_graphs`, or a capture that failed
-(e.g. a hook that reads a value): then the error's first line is given and eager steps are used
-from then on.
+an optim wrapper it does not know (capturable_wrappers.py), mmengine's AmpOptimWrapper with
+another optimizer than SGD (its loss scaling would read the inf flag on the host), gradient
+accumulation, an optimizer other than SGD, Adam and AdamW, SyncBatchNorm, inputs not on CUDA,
+more layouts than `max_graphs`, or a capture that failed (e.g. a hook that reads a value): then
+the error's first line is given and eager steps are used from then on.
 
 Parameters, buffers and optimizer state are read and written in place; one that is replaced
 (`.to()`, a loaded optimizer state) makes its graph be captured again.
@@ -46,12 +54,14 @@ from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.structures import InstanceData
 from torch import nn
 
-from ..engine import OptimWrapper as RedetOptimWrapper
-from ..engine import defer_scalar
-from ..models.gt_padding import pad_gt_instances
-from .capture import capturing
+from ..structures.gt_padding import pad_gt_instances
+from ..utils.deferred_scalars import defer_scalar
+from .capturable_wrappers import unsupported_wrapper
+from .capture import capture_graph
 from .graph_cache import GraphCache
 from .module_walk import ModuleWalk
+from .optim_internals import (accumulative_counts, count_backward, scale_update_param,
+                              set_takes_scaler_tensors, takes_scaler_tensors)
 
 __all__ = ["StepGraphs"]
 
@@ -72,31 +82,39 @@ def gt_capacity(counts, minimum: int) -> int:
 
 def step_body(model: nn.Module, inputs: torch.Tensor, samples: list, optim_wrapper):
     """One training step as a graph captures it: mmengine's train_step and update_params
-    (AmpOptimWrapper's loss scaling included), clipping without reading the norm. Returns the
-    log names, their values stacked (the gradient norm, when clipped, last) and the message hub
-    key of the norm (None without clipping)."""
+    (AmpOptimWrapper's loss scaling included), clipping without reading the norm, and the
+    wrapper's non-finite guard where it has one (the calls its eager step makes). Returns the
+    log names, their values stacked (then the gradient norm, when clipped, and the guard's
+    flag, when guarded), the message hub key of the norm (None without clipping) and whether
+    the flag is there."""
     optimizer = optim_wrapper.optimizer
     scaler = getattr(optim_wrapper, "loss_scaler", None)  # AmpOptimWrapper's GradScaler
-    with optim_wrapper.optim_context(model):
-        losses = model._run_forward(dict(inputs=inputs, data_samples=samples), mode="loss")
+    guard = getattr(optim_wrapper, "nonfinite_guard", None)  # (RedetOptimWrapper's)
+    with optim_wrapper.optim_context(model):  # (a guarded wrapper copies the BN statistics)
+        losses = model(inputs=inputs, data_samples=samples, mode="loss")
     loss, log_vars = model.parse_losses(losses)
+    if guard is not None:
+        guard.check_loss(loss)
     (loss if scaler is None else scaler.scale(loss)).backward()
     values = [v.detach().float() for v in log_vars.values()]
-    norm = None
-    if optim_wrapper.clip_grad_kwargs:
-        if scaler is not None:
+    clip = (lambda: _clip(optim_wrapper)) if optim_wrapper.clip_grad_kwargs else None
+    update = scale_update_param(optim_wrapper) if scaler is not None else None
+    flag = None
+    if guard is not None:
+        norm, flag = guard.step(optimizer, clip, scaler, update)
+    else:
+        if clip is not None and scaler is not None:
             scaler.unscale_(optimizer)
-        norm = _clip(optim_wrapper)
-    if norm is not None:
-        values.append(norm.detach().float())
-    if scaler is None:
-        optimizer.step()
-    else:  # (fused SGD takes the inf check on the device: no read-back)
-        scaler.step(optimizer)
-        scaler.update(optim_wrapper._scale_update_param)
+        norm = clip() if clip is not None else None
+        if scaler is None:
+            optimizer.step()
+        else:  # (fused SGD takes the inf check on the device: no read-back)
+            scaler.step(optimizer)
+            scaler.update(update)
     optimizer.zero_grad(set_to_none=True)
+    values += [t.detach().float() for t in (norm, flag) if t is not None]
     norm_key = None if norm is None else f"train/{optim_wrapper.grad_name}"
-    return list(log_vars), torch.stack(values), norm_key
+    return list(log_vars), torch.stack(values), norm_key, flag is not None
 
 
 class _StepGraph:
@@ -115,9 +133,10 @@ class _StepGraph:
         optimizer.zero_grad(set_to_none=True)
         _start_momentum(optimizer)
         self.graph = torch.cuda.CUDAGraph()
-        with _device_lr(optimizer, self.lrs), capturing(self.graph, pool):
-            self.names, self.values, self.norm_key = step_body(model, self.inputs, self.samples,
-                                                               optim_wrapper)
+        with _device_lr(optimizer, self.lrs), capture_graph(self.graph, pool):
+            self.names, self.values, self.norm_key, flagged = step_body(
+                model, self.inputs, self.samples, optim_wrapper)
+        self.guard = optim_wrapper.nonfinite_guard if flagged else None
 
     def replay(self, inputs: torch.Tensor, samples: list, optimizer) -> dict:
         self.inputs.copy_(inputs)
@@ -129,6 +148,9 @@ class _StepGraph:
         self.graph.replay()
         # a copy: the next replay overwrites the graph's values while the logger may keep these
         values = self.values.clone().unbind()
+        if self.guard is not None:
+            self.guard.record(values[-1])
+            values = values[:-1]
         if self.norm_key is not None:
             defer_scalar(self.norm_key, values[-1])
         return dict(zip(self.names, values))
@@ -179,27 +201,28 @@ class StepGraphs(GraphCache):
         if graph is None:
             return None
         log_vars = graph.replay(inputs, samples, optimizer)
-        optim_wrapper._inner_count += 1  # (what the eager backward counts)
+        count_backward(optim_wrapper)  # (what the eager backward counts)
         return log_vars
 
     def unsupported(self, inputs: torch.Tensor, optim_wrapper, walk: ModuleWalk):
         """Why a graph cannot serve this step, or None."""
         if self.failed is not None:
             return self.failed
-        if type(optim_wrapper) not in (OptimWrapper, RedetOptimWrapper, AmpOptimWrapper):
-            return (f"{type(optim_wrapper).__name__}: only mmengine's OptimWrapper and "
-                    "AmpOptimWrapper and RedetOptimWrapper are captured")
+        wrapper_reason = unsupported_wrapper(optim_wrapper)
+        if wrapper_reason is not None:
+            return wrapper_reason
         if type(optim_wrapper) is AmpOptimWrapper and \
                 type(optim_wrapper.optimizer) is not torch.optim.SGD:
             return (f"AmpOptimWrapper with {type(optim_wrapper.optimizer).__name__}: only SGD "
-                    "(as fused SGD) takes the loss scaler's inf check on the device")
+                    "(as fused SGD) takes the loss scaler's inf check on the device "
+                    "(RedetAmpOptimWrapper keeps it there with SGD, Adam and AdamW)")
         optimizer = optim_wrapper.optimizer
         if isinstance(optimizer, torch.optim.SGD) and \
                 any(g["dampening"] != 0 for g in optimizer.param_groups) and \
                 _missing_momentum(optimizer):
             return ("SGD with dampening before its first step (that step makes the momentum "
                     "buffers; a graph cannot)")
-        if optim_wrapper._accumulative_counts != 1:
+        if accumulative_counts(optim_wrapper) != 1:
             return "gradient accumulation (accumulative_counts > 1)"
         if type(optim_wrapper.optimizer) not in _OPTIMIZERS:
             return (f"{type(optim_wrapper.optimizer).__name__}: only SGD, Adam and AdamW steps "
@@ -230,11 +253,10 @@ class _device_lr:
     def __enter__(self):
         groups = self.optimizer.param_groups
         self.saved = [(g["lr"], g.get("foreach"), g.get("fused")) for g in groups]
-        self.amp_scaling = getattr(self.optimizer, "_step_supports_amp_scaling", False)
+        self.amp_scaling = takes_scaler_tensors(self.optimizer)
         if isinstance(self.optimizer, torch.optim.SGD):
-            # (what torch sets for an SGD made with fused=True: GradScaler then passes it the
-            # scale and the inf flag as device tensors instead of reading the flag)
-            self.optimizer._step_supports_amp_scaling = True
+            # (what torch sets for an SGD made with fused=True)
+            set_takes_scaler_tensors(self.optimizer, True)
         for group, lr in zip(groups, self.lrs):
             group["lr"] = lr
             if isinstance(self.optimizer, torch.optim.SGD):
@@ -249,7 +271,7 @@ class _device_lr:
     def __exit__(self, *exc):
         for group, (lr, foreach, fused) in zip(self.optimizer.param_groups, self.saved):
             group.update(lr=lr, foreach=foreach, fused=fused)
-        self.optimizer._step_supports_amp_scaling = self.amp_scaling
+        set_takes_scaler_tensors(self.optimizer, self.amp_scaling)
 
 
 def _missing_momentum(optimizer) -> list:

@@ -6,13 +6,13 @@ from .errors import BadImageError
 from .dota import (DOTA_V1_CLASSES, DOTA_V15_CLASSES, DOTA_V2_CLASSES, DOTAAnnotationError, DOTADataError,
                    DOTAAnnotationWarning, DOTADataset, DOTAv15Dataset, DOTAv2Dataset, parse_dota_line)
 from .draws import DrawIndex, seeded_draws
-from .dota_split import cut_objects, pad_patch, patch_origins, patch_windows, split_dota, split_image
+from .dota_split import cut_objects, split_dota, split_image
 from .hrsc import HRSC_CLASS_IDS, HRSC_CLASSES, HRSCAnnotationError, HRSCDataset
-from .patch_naming import parse_patch_id, patch_id
 from .synthetic import (SYNTHETIC_CLASSES, ensure_synthetic_dota, generate_synthetic_dota)
 from .synthetic_dataset import SyntheticDOTADataset
 from .synthetic_layouts import SYNTHETIC_DIOR_CLASSES, generate_synthetic_dior, generate_synthetic_hrsc
 from .transforms import RandomRotate, RandomRotate90
+from ..structures.patch_grid import pad_patch, parse_patch_id, patch_id, patch_origins, patch_windows
 
 __all__ = ['BadImageError', 'BadImagesMixin', 'image_file_problem', 'DrawIndex', 'seeded_draws',
            'DOTADataset', 'SyntheticDOTADataset', 'DOTAAnnotationError', 'DOTADataError', 'DOTAAnnotationWarning',

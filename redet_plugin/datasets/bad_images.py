@@ -8,7 +8,7 @@ package (RedetDOTADataset and its versions, RedetHRSCDataset, RedetDIORDataset) 
 `on_bad_image`:
 - 'error' (default): BadImageError, whose message names the file and the reason. Raised in a
   loader worker, it reaches the main process inside torch's "Caught ... in DataLoader worker"
-  text; tools/_common.py prints its last line.
+  text; the tools print its last line (redet_plugin/engine/cli.py, data_error_message).
 - 'skip': an image found bad while the data set is listed is left out; in training, one found
   bad when loaded is replaced by another image (mmengine's refetch), and the skip is carried to
   the main process in the batch (metainfo 'skipped_images' of the replacement's data sample) for

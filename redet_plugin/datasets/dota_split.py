@@ -1,9 +1,9 @@
 """Splits large DOTA images into overlapping square patches, cutting the annotations (DOTA devkit rules).
 
-Patches of `patch_size` slide by `patch_size - gap`; the last row/column is moved back to end at
-the image border; patches smaller than `patch_size` (small images) are zero-padded
-(patch_windows and pad_patch: tools/infer.py cuts its patches with them too). Patch ids are
-`<image>__<rate>__<left>___<top>` (patch_naming.py; evaluation.patch_merge maps detections back).
+The patches, their padding and their ids `<image>__<rate>__<left>___<top>` are the patch grid's
+(structures/patch_grid.py), which patch inference cuts and evaluation.patch_merge maps back with:
+patches of `patch_size` slide by `patch_size - gap`, the last row/column moved back to end at
+the image border; patches smaller than `patch_size` (small images) are zero-padded.
 Per object and patch, with r = area(object ∩ patch) / area(object):
   r == 1            kept as is (coordinates shifted);
   thresh < r < 1    kept as the minimum-area rectangle of the intersection, marked difficult (2);
@@ -19,26 +19,10 @@ import numpy as np
 from shapely.geometry import Polygon, box
 
 from ..structures import qbox2rbox, rbox2qbox
+from ..structures.patch_grid import RESIZE_INTERPOLATION, pad_patch, patch_id, patch_windows
 from .dota import parse_dota_line
-from .patch_naming import patch_id
 
 DotaObject = Tuple[np.ndarray, str, int]  # polygon (8,), class name, difficulty
-# How images are scaled for `rates` != 1 (tools/infer.py's --scales resamples its patches alike).
-RESIZE_INTERPOLATION = cv2.INTER_CUBIC
-
-
-def patch_origins(length: int, patch_size: int, gap: int) -> List[int]:
-    """Start offsets along one axis: stride patch_size - gap, the last one flush with the end."""
-    if patch_size <= gap:
-        raise ValueError(f'patch_size ({patch_size}) must be larger than gap ({gap})')
-    stride = patch_size - gap
-    starts, start = [], 0
-    while True:
-        if start + patch_size >= length:
-            starts.append(max(length - patch_size, 0))
-            return sorted(set(starts))
-        starts.append(start)
-        start += stride
 
 
 def cut_objects(objects: Sequence[DotaObject], left: int, top: int, patch_size: int,
@@ -68,19 +52,6 @@ def cut_objects(objects: Sequence[DotaObject], left: int, top: int, patch_size: 
             continue
         kept.append((coords.reshape(8), name, difficulty))
     return kept
-
-
-def patch_windows(height: int, width: int, patch_size: int, gap: int) -> List[Tuple[int, int]]:
-    """(left, top) of every patch of a height x width image, row by row (patch_origins per axis)."""
-    return [(left, top) for top in patch_origins(height, patch_size, gap)
-            for left in patch_origins(width, patch_size, gap)]
-
-
-def pad_patch(crop: np.ndarray, patch_size: int) -> np.ndarray:
-    """`crop` in the top-left corner of a zero (black) patch_size x patch_size patch."""
-    patch = np.zeros((patch_size, patch_size) + crop.shape[2:], dtype=crop.dtype)
-    patch[:crop.shape[0], :crop.shape[1]] = crop
-    return patch
 
 
 def split_image(img: np.ndarray, objects: Sequence[DotaObject], patch_size: int = 1024, gap: int = 200,

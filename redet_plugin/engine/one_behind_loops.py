@@ -17,10 +17,11 @@ from mmdet.registry import LOOPS
 from mmengine.runner import TestLoop as MMEngineTestLoop
 from mmengine.runner import ValLoop as MMEngineValLoop
 from mmengine.runner.amp import autocast
-# (mmengine's own handling of losses that a val/test step returns; since mmengine 0.10.5)
+# (mmengine's own handling of losses that a val/test step returns, private but what its loops
+# call; since mmengine 0.10.5; tests/test_engine/test_library_internals.py pins them)
 from mmengine.runner.loops import _parse_losses, _update_losses
 
-from ..models.layers.padded_results import PendingOutputs, keep_padding
+from ..structures.padded_results import PendingOutputs, keep_padding
 from ..utils.registration import register
 
 __all__ = ['OneBatchBehind', 'TestLoop', 'ValLoop']

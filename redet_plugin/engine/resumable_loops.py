@@ -63,15 +63,16 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
-    """Puts back the states rng_state() returned."""
+    """Puts back the states rng_state() returned. mmengine's resume loads a checkpoint onto the
+    current device, so the states may come back as CUDA tensors: the generators take CPU ones."""
     py = state['python']
     random.setstate((py['version'], tuple(int(k) for k in py['keys'].tolist()), py['gauss']))
     npy = state['numpy']
-    np.random.set_state((npy['kind'], npy['keys'].numpy().astype(np.uint32), npy['pos'],
+    np.random.set_state((npy['kind'], npy['keys'].cpu().numpy().astype(np.uint32), npy['pos'],
                          npy['has_gauss'], npy['cached']))
-    torch.random.set_rng_state(state['torch'])
+    torch.random.set_rng_state(state['torch'].cpu())
     if state.get('cuda') is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state['cuda'])
+        torch.cuda.set_rng_state_all([s.cpu() for s in state['cuda']])
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ iteration. In a config: default_hooks = dict(runtime_info=dict(type='RedetRuntim
 mmengine's hook puts every loss of a training step into the message hub with update_scalar,
 whose `.item()` makes the host wait for the GPU each iteration. This hook queues the step's
 outputs, and what defer_scalar records (the gradient norm of RedetOptimWrapper), on the runner's
-message hub (redet_plugin/engine/deferred_scalars.py), and flushes the queue before anything
+message hub (redet_plugin/utils/deferred_scalars.py), and flushes the queue before anything
 reads the histories:
 - after an iteration where a LoggerHook logs (every `interval` iterations of an epoch, as
   LoggerHook decides), after the last iteration of an epoch and of training (this hook runs
@@ -25,8 +25,8 @@ from mmengine.hooks import LoggerHook
 from mmengine.hooks import RuntimeInfoHook as MMEngineRuntimeInfoHook
 from mmengine.utils import apply_to
 
+from ..utils.deferred_scalars import attach_queue, detach_queue
 from ..utils.registration import register
-from .deferred_scalars import attach_queue, detach_queue
 
 
 @register(HOOKS)

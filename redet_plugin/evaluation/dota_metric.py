@@ -59,9 +59,10 @@ class DOTAMetric(BaseMetric):
         outfile_prefix: folder for DOTA Task1 submission files `Task1_<class>.txt`
             (lines `image_id score x1 y1 ... x4 y4`); None writes nothing.
         merge_patches: before writing, merge the detections of split patches
-            (`<image>__<rate>__<x>___<y>`, (x, y) in the image scaled by rate) into their full
-            image with rotated NMS (`nms_iou_thr`): boxes shifted by (x, y), then divided by
-            rate, so the patches of all rates of a multi-scale split merge into one image.
+            (`<image>__<rate>__<x>___<y>`, (x, y) in the image scaled by rate; mmrotate's
+            `<image>__<size>__<x>___<y>` read as rate 1: structures/patch_grid.py) into their
+            full image with rotated NMS (`nms_iou_thr`): boxes shifted by (x, y), then divided
+            by rate, so the patches of all rates of a multi-scale split merge into one image.
     Predictions: data samples with pred_instances.bboxes ((N, 5) tensor or RotatedBoxes), .scores,
     .labels; ground truth: gt_instances and ignored_instances (bboxes, labels) as mmdet's
     PackDetInputs makes them (load the annotations after Resize in the test pipeline so they

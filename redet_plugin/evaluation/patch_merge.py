@@ -2,8 +2,8 @@
 rotated NMS: the one merge of tools/test.py's submission (DOTAMetric merge_patches) and
 tools/infer.py (redet_plugin.inference).
 
-Patch ids are read with datasets.patch_naming.parse_patch_id (ids not in the devkit's form are
-full images).
+Patch ids are read, and boxes mapped back, by the patch grid (structures/patch_grid.py:
+parse_patch_id reads the devkit's and mmrotate's forms; other ids are full images).
 """
 from collections import OrderedDict
 from typing import List, Sequence, Tuple
@@ -11,34 +11,27 @@ from typing import List, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..datasets.patch_naming import parse_patch_id
+from ..ops import nms_keep_mask
+from ..structures.patch_grid import parse_patch_id, patch_to_image
 
 Detections = Tuple[str, np.ndarray, np.ndarray, np.ndarray]  # id, boxes (N, 5), scores (N,), labels (N,)
-
-
-def patch_to_image(boxes, rate: float, left: float, top: float) -> np.ndarray:
-    """Rotated boxes (N, 5) found on the patch at (left, top) of the image scaled by `rate`, in
-    the full image's pixels (float32)."""
-    boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 5).copy()
-    boxes[:, 0] += left
-    boxes[:, 1] += top
-    boxes[:, :4] /= rate
-    return boxes
 
 
 def classwise_rotated_nms(boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray,
                           iou_thr: float) -> np.ndarray:
     """Indices of the detections that rotated NMS at `iou_thr` keeps within each class, by
-    descending score (ties in input order)."""
-    keep = np.concatenate([np.zeros(0, dtype=np.int64)] + [
-        _rotated_nms_keep(boxes, scores, np.flatnonzero(labels == label), iou_thr)
-        for label in np.unique(labels)])
-    return keep[np.argsort(-scores[keep], kind='stable')]
+    descending score (ties in input order). The NMS is nms_keep_mask, the detector heads' own:
+    its labels keep the classes apart (mmcv's nms_rotated ignores them on CPU and CUDA)."""
+    keep = nms_keep_mask(torch.from_numpy(np.ascontiguousarray(boxes, dtype=np.float32)),
+                         torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32)),
+                         iou_thr, torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64)))
+    kept = np.flatnonzero(keep.numpy())
+    return kept[np.argsort(-scores[kept], kind='stable')]
 
 
 def merge_patch_detections(per_patch: Sequence[Detections], iou_thr: float = 0.1) -> List[Detections]:
     """Groups patch detections by full image, shifts them into its coordinates and runs
-    class-wise rotated NMS (mmcv.ops.nms_rotated) at `iou_thr`. Images keep first-seen order;
+    class-wise rotated NMS (classwise_rotated_nms) at `iou_thr`. Images keep first-seen order;
     each image's detections come out by descending score."""
     grouped = OrderedDict()
     for img_id, boxes, scores, labels in per_patch:
@@ -54,12 +47,3 @@ def merge_patch_detections(per_patch: Sequence[Detections], iou_thr: float = 0.1
         merged.append((name, boxes[keep], scores[keep], labels[keep]))
     return merged
 
-
-def _rotated_nms_keep(boxes: np.ndarray, scores: np.ndarray, members: np.ndarray,
-                      iou_thr: float) -> np.ndarray:
-    """Indices (into boxes) that rotated NMS keeps among `members`: one class at a time, since
-    mmcv 2.1's CPU nms_rotated ignores its `labels` argument (it would suppress across classes)."""
-    from mmcv.ops import nms_rotated
-    _, keep = nms_rotated(torch.from_numpy(boxes[members]), torch.from_numpy(scores[members]),
-                          iou_thr)
-    return members[keep.numpy()]

@@ -1,5 +1,6 @@
 """Detection on new images of any size (tools/infer.py; docs/inference.md): patches cut lazily on
-dota_split's grid, run in batches, merged with evaluation.patch_merge's class-wise rotated NMS.
+the splitter's grid (structures/patch_grid.py), run in batches, merged with
+evaluation.patch_merge's class-wise rotated NMS.
 
     from redet_plugin.inference import RotatedDetector
     result = RotatedDetector(config, checkpoint, device='cuda').predict('image.png')
@@ -7,7 +8,8 @@ dota_split's grid, run in batches, merged with evaluation.patch_merge's class-wi
 from .detector import DetectionResult, RotatedDetector
 from .image_source import ImageReadError, ImageSource
 from .patch_inference import Detections, detect_by_patches
-from .patches import Patch, plan_patches, read_patch
+from .patches import read_patch
+from ..structures.patch_grid import Patch, plan_patches
 from ..utils.checkpoint_check import CheckpointMismatchError
 
 __all__ = ['RotatedDetector', 'DetectionResult', 'ImageSource', 'ImageReadError', 'CheckpointMismatchError',

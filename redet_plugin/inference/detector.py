@@ -7,6 +7,7 @@
     result.boxes, result.scores, result.labels, result.class_names(), result.polygons()
 """
 import os.path as osp
+import warnings
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
@@ -14,7 +15,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from ..models.layers.padded_results import PendingOutputs, keep_padding
+from ..structures.padded_results import PendingOutputs, keep_padding
 from ..utils.checkpoint_check import CheckpointMismatchError, check_model_classes, load_checked_checkpoint
 from .image_source import ImageSource
 from .patch_inference import Detections, check_patch_args, detect_by_patches
@@ -55,8 +56,8 @@ class RotatedDetector:
             val, train) data set's `metainfo.classes`, else the data set type's defaults.
         checkpoint: weights; None keeps the config's initialisation (for tests).
         device: 'cuda', 'cuda:1', 'cpu'; default: cuda when available.
-        patch_size, patch_overlap, scales: the patches (dota_split's grid, at each scale;
-            redet_plugin/inference/patches.py); an image no larger than one patch is run whole.
+        patch_size, patch_overlap, scales: the patches (the splitter's grid, at each scale;
+            redet_plugin/structures/patch_grid.py); an image no larger than one patch is run whole.
         batch_size: patches per forward pass.
         score_thr: detections scoring lower are dropped.
         merge_iou_thr: IoU of the class-wise rotated NMS that merges the patches' detections.
@@ -137,19 +138,13 @@ class _ReadLater(SequenceABC):
 def _build_model(config, checkpoint: Optional[str], device: torch.device, cfg_options: Optional[dict]):
     """(model in eval mode on `device`, classes, palette); checkpoint and classes checked."""
     from mmengine.config import Config
-    from mmengine.registry import init_default_scope
     if isinstance(config, str):
         if not osp.isfile(config):
             raise ValueError(f'config file {config!r} does not exist')
         config = Config.fromfile(config)
-    cfg = config.copy()
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    init_default_scope(cfg.get('default_scope', 'mmdet'))
     import redet_plugin.mm  # noqa: F401  (a config without custom_imports still finds our types)
-    from mmdet.registry import MODELS
-    classes, palette = _config_classes(cfg)
-    model = MODELS.build(cfg.model)
+    model = _init_detector_without_weights(config.copy(), cfg_options)
+    classes, palette = _config_classes(model.cfg)
     if checkpoint is not None:
         loaded = load_checked_checkpoint(model, checkpoint)
         check_model_classes(model, classes, loaded, checkpoint, owner='the config')
@@ -159,6 +154,22 @@ def _build_model(config, checkpoint: Optional[str], device: torch.device, cfg_op
         raise CheckpointMismatchError('the config names no classes (test_dataloader.dataset.metainfo.classes)')
     model.dataset_meta = dict(classes=classes, palette=palette)
     return model.to(device).eval(), tuple(classes), palette
+
+
+def _init_detector_without_weights(cfg, cfg_options: Optional[dict]):
+    """mmdet's init_detector (cfg_options, default scope, build, eval), on the CPU and without a
+    checkpoint: its load is lenient (it loads what fits and warns about the rest) and reads
+    without weights_only, so the checkpoint is read and checked by load_checked_checkpoint, on
+    the CPU like init_detector's. The classes and palette come from the config (set after):
+    the palette given here keeps init_detector from building the test data set for its own,
+    and its note that without a checkpoint it takes COCO's classes is left out."""
+    from mmdet.apis import init_detector
+    with warnings.catch_warnings(record=True) as caught:  # (also undoes its simplefilter('once'))
+        model = init_detector(cfg, None, palette='random', device='cpu', cfg_options=cfg_options)
+    for warning in caught:
+        if 'checkpoint is None' not in str(warning.message):
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return model
 
 
 def _config_classes(cfg) -> Tuple[Optional[Tuple[str, ...]], Optional[list]]:

@@ -3,8 +3,11 @@ from typing import Optional, Sequence
 
 import cv2
 import numpy as np
+import torch
+from mmdet.structures import DetDataSample
+from mmengine.structures import InstanceData
 
-from ..visualization.draw import draw_rotated_boxes
+from ..visualization import RotatedDetLocalVisualizer
 from .detector import DetectionResult
 from .image_source import ImageSource
 
@@ -37,13 +40,21 @@ def downscaled(source: ImageSource, max_side: int) -> np.ndarray:
 
 def render_detections(source: ImageSource, result: DetectionResult, max_side: int = 2048,
                       score_thr: float = 0.3, palette: Optional[Sequence] = None) -> np.ndarray:
-    """The (downscaled) image with the detections scoring at least `score_thr` drawn
-    (visualization.draw_rotated_boxes; `palette` in RGB, as data sets give it)."""
+    """The (downscaled) image, BGR, with the detections scoring at least `score_thr` drawn by
+    the visualizer of tools/test.py --show-dir (RotatedDetLocalVisualizer; `palette` in RGB, as
+    data sets give it)."""
     picture = downscaled(source, max_side)
     factor = picture.shape[1] / source.width
     keep = result.scores >= score_thr
     boxes = result.boxes[keep].copy()
     boxes[:, :4] *= factor
-    bgr_palette = [tuple(colour)[::-1] for colour in palette] if palette is not None else None
-    return draw_rotated_boxes(picture, boxes, labels=result.labels[keep], class_names=result.classes,
-                              scores=result.scores[keep], palette=bgr_palette)
+    sample = DetDataSample()
+    sample.pred_instances = InstanceData(bboxes=torch.from_numpy(boxes),
+                                         scores=torch.from_numpy(result.scores[keep]),
+                                         labels=torch.from_numpy(result.labels[keep]))
+    visualizer = RotatedDetLocalVisualizer(name='render_detections')
+    visualizer.dataset_meta = dict(classes=result.classes, palette=palette)
+    # the visualizer draws the scores above its threshold; those at score_thr are kept above
+    visualizer.add_datasample(result.name, np.ascontiguousarray(picture[..., ::-1]), sample,
+                              draw_gt=False, pred_score_thr=float('-inf'))
+    return np.ascontiguousarray(visualizer.get_image()[..., ::-1])

@@ -1,12 +1,14 @@
-"""Detection on an image of any size: patches in batches through a detector, the detections
-mapped back to the image and merged (evaluation.patch_merge, the merge of DOTA's split patches)."""
+"""Detection on an image of any size: patches (the patch grid, structures/patch_grid.py) in
+batches through a detector, the detections mapped back to the image and merged
+(evaluation.patch_merge, the merge of DOTA's split patches)."""
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..evaluation.patch_merge import classwise_rotated_nms, patch_to_image
+from ..evaluation.patch_merge import classwise_rotated_nms
+from ..structures.patch_grid import patch_to_image, plan_patches
 from .image_source import ImageSource
-from .patches import iter_patch_batches, plan_patches
+from .patches import iter_patch_batches
 
 # patches (uint8 (P, P, 3) BGR) -> per patch (boxes (N, 5) in patch pixels, scores (N,), labels (N,));
 # a batch's results are used only after the next batch has been asked for, so a predictor may
@@ -44,7 +46,7 @@ def detect_by_patches(source: ImageSource, predict_batch: PredictBatch, patch_si
                       score_thr: float = 0.05, merge_iou_thr: float = 0.1,
                       progress: Optional[Callable[[int, int], None]] = None) -> Detections:
     """Cuts `source` at each scale into patch_size patches overlapping by `overlap`
-    (patches.plan_patches: dota_split's grid), runs them through `predict_batch` `batch_size` at
+    (plan_patches: the splitter's grid), runs them through `predict_batch` `batch_size` at
     a time (each batch's results used after the next batch is asked for), keeps detections
     scoring at least `score_thr`, maps them to the image and, when there was more than one
     patch, merges them by class-wise rotated NMS at `merge_iou_thr` (a single patch, an image

@@ -1,40 +1,19 @@
-"""The patches of one image at each scale, cut lazily on dota_split's grid.
-
-At scale s the image is (as dota_split's `rates`) resized to round(W * s) x round(H * s) with
-dota_split.RESIZE_INTERPOLATION, then cut by dota_split.patch_windows into patch_size squares that
-overlap by `overlap` pixels; patches are zero-padded to patch_size x patch_size by
-dota_split.pad_patch. Nothing of the resized image is made: each patch is resampled from the
-source region under it, with the same geometry as resizing the whole image.
+"""The pixels of the patches of one image, read lazily on the patch grid (structures/patch_grid.py,
+the splitter's grid): at scale s the image is resized to round(W * s) x round(H * s) with the
+grid's RESIZE_INTERPOLATION, cut into patch_size squares (plan_patches) and zero-padded
+(pad_patch). Nothing of the resized image is made: each patch is resampled from the source
+region under it, with the same geometry as resizing the whole image.
 """
 import math
-from typing import Iterator, List, NamedTuple, Sequence
+from typing import Iterator, Sequence
 
 import cv2
 import numpy as np
 
-from ..datasets.dota_split import RESIZE_INTERPOLATION, pad_patch, patch_windows
+from ..structures.patch_grid import RESIZE_INTERPOLATION, Patch, pad_patch, scaled_size
 from .image_source import ImageSource
 
 _MARGIN = 3  # source pixels read around a region: bicubic taps reach 2 pixels out
-
-
-class Patch(NamedTuple):
-    scale: float
-    left: int  # the patch's corner in the image resized by `scale`
-    top: int
-
-
-def scaled_size(length: int, scale: float) -> int:
-    """An image side resized by `scale`, as cv2.resize(fx=scale) rounds it (at least 1)."""
-    return max(int(round(length * scale)), 1)
-
-
-def plan_patches(height: int, width: int, patch_size: int, overlap: int,
-                 scales: Sequence[float]) -> List[Patch]:
-    """Every patch of a height x width image, scale by scale, row by row."""
-    return [Patch(scale, left, top) for scale in scales
-            for left, top in patch_windows(scaled_size(height, scale), scaled_size(width, scale),
-                                           patch_size, overlap)]
 
 
 def read_patch(source: ImageSource, patch: Patch, patch_size: int) -> np.ndarray:

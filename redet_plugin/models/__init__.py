@@ -4,9 +4,8 @@ from . import data_preprocessors  # noqa: F401
 from . import dense_heads  # noqa: F401
 from . import losses  # noqa: F401
 from . import necks  # noqa: F401
-from .equivariant import convert_to_plain, isolate_e2cnn_bases  # noqa: F401
-from . import op_modules  # noqa: F401
-from . import roi_extractors  # noqa: F401
+from . import layers  # noqa: F401
+from .layers import convert_to_plain, isolate_e2cnn_bases  # noqa: F401
 from . import roi_heads  # noqa: F401
 from . import task_modules  # noqa: F401
 from . import detectors  # noqa: F401

@@ -1,4 +1,5 @@
-"""Rotated boxes: the 'redet_rbox' box type for mmdet and plain conversion helpers (le90 convention)."""
+"""Rotated boxes: the 'redet_rbox' box type for mmdet and plain conversion helpers (le90 convention).
+The patch grid of large images (patches, padding, patch ids, mapping back) is patch_grid.py."""
 from .rbox_ops import (hbox2rbox, hbox_as_prior, norm_angle, qbox2rbox, rbox2hbox, rbox2qbox,
                        regularize_rboxes, rescale_rboxes)
 from .rotated_boxes import RotatedBoxes

@@ -1,5 +1,12 @@
 """Refusing checkpoints that do not fit a model, with one readable line: the one check of
-tools/train.py, tools/test.py (tools/_common.py) and redet_plugin.inference."""
+tools/train.py and tools/test.py (on the Runner's load, redet_plugin/engine/checkpoint_check_hook.py)
+and of redet_plugin.inference.
+
+mmengine reads and loads checkpoints (CheckpointLoader, revise_keys); kept here is what it lacks:
+a weights-only read (its local reader calls torch.load without weights_only) whose failures are
+one line naming the file, and a check that says which weights do not fit instead of loading
+what fits and warning about the rest."""
+import contextlib
 from typing import Optional, Sequence
 
 
@@ -8,7 +15,7 @@ class CheckpointMismatchError(ValueError):
     line naming the file."""
 
 
-def read_checkpoint(checkpoint_path: str):
+def read_checkpoint(checkpoint_path: str, map_location='cpu'):
     """torch.load(weights_only=True) of a user's checkpoint: tensors, plain values and the
     mmengine objects redet_plugin allows (utils/checkpoint_compat.py); any other Python object
     refuses the file before it is built (nothing of it runs). Every failure is a
@@ -23,10 +30,29 @@ def read_checkpoint(checkpoint_path: str):
     try:
         with warnings.catch_warnings():  # (torch warns about legacy files; the error says it all)
             warnings.simplefilter('ignore')
-            return torch.load(checkpoint_path, map_location='cpu', weights_only=True)
+            return torch.load(checkpoint_path, map_location=map_location, weights_only=True)
     except Exception as error:  # noqa: BLE001 (torch.load raises many kinds)
         raise CheckpointMismatchError(
             f'checkpoint {checkpoint_path!r} {_unreadable_reason(checkpoint_path, error)}') from None
+
+
+def load_from_local_weights_only(filename: str, map_location=None):
+    """read_checkpoint as a loader of mmengine's CheckpointLoader (named so that mmengine logs
+    'local_weights_only backend')."""
+    return read_checkpoint(filename, map_location)
+
+
+@contextlib.contextmanager
+def weights_only_reads():
+    """In the block, mmengine reads local checkpoint files (the Runner's load_from and resume,
+    mmengine.runner.load_checkpoint) with read_checkpoint; URLs keep their loaders. Its own
+    local loader comes back after the block."""
+    from mmengine.runner.checkpoint import CheckpointLoader, load_from_local
+    CheckpointLoader.register_scheme('', load_from_local_weights_only, force=True)
+    try:
+        yield
+    finally:
+        CheckpointLoader.register_scheme('', load_from_local, force=True)
 
 
 def _unreadable_reason(path: str, error: Exception) -> str:
@@ -54,18 +80,26 @@ def _unreadable_reason(path: str, error: Exception) -> str:
 
 
 def load_checked_checkpoint(model, checkpoint_path: str, strict: bool = True) -> dict:
-    """Loads the checkpoint's weights into `model`, refusing one whose weights do not fit
-    (another architecture, another number of classes) and naming a few of the offending
-    parameters. strict=False (load_from: fine-tuning may change the heads) refuses only one of
-    which most weights do not fit. Keys pass through the model's load hooks (mmrotate's ReDet
-    layout is accepted). Returns the checkpoint."""
+    """read_checkpoint, then check_checkpoint_fits (which loads the weights into `model`).
+    Returns the checkpoint."""
+    checkpoint = read_checkpoint(checkpoint_path)
+    check_checkpoint_fits(model, checkpoint, checkpoint_path, strict)
+    return checkpoint
+
+
+def check_checkpoint_fits(model, checkpoint, checkpoint_path: str, strict: bool = True) -> None:
+    """Refuses a read checkpoint whose weights do not fit `model` (another architecture, another
+    number of classes), naming a few of the offending parameters. strict=False (load_from:
+    fine-tuning may change the heads) refuses only one of which most weights do not fit. Keys
+    pass through the model's load hooks (mmrotate's ReDet layout is accepted), which is how the
+    check finds them: the weights that fit are loaded into `model` on the way."""
     from mmengine.model import is_model_wrapper
     if is_model_wrapper(model):
         model = model.module
-    checkpoint = read_checkpoint(checkpoint_path)
     state = checkpoint.get('state_dict', checkpoint) if isinstance(checkpoint, dict) else None
     if not isinstance(state, dict):
         raise CheckpointMismatchError(f'checkpoint {checkpoint_path!r} holds no state_dict')
+    # the keys as the Runner's load makes them (its revise_keys strip a wrapper's 'module.')
     state = {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
     expected = model.state_dict()
     wrong_shape = {k: f'{k} {tuple(state[k].shape)} vs model {tuple(v.shape)}'
@@ -87,7 +121,6 @@ def load_checked_checkpoint(model, checkpoint_path: str, strict: bool = True) ->
             f'{len(missing)} missing, {len(unexpected)} unexpected, {len(wrong_shape)} '
             f'wrong-shape weights of the model\'s {len(expected)} (e.g. missing {missing[:3]}, '
             f'unexpected {unexpected[:3]}, wrong shape {wrong_shape[:3]})')
-    return checkpoint
 
 
 def check_model_classes(model, classes: Sequence[str], checkpoint: Optional[dict] = None,

@@ -1,5 +1,5 @@
-"""Pictures of rotated boxes: a cv2 drawing helper and an mmdet visualizer for RotatedBoxes."""
-from .draw import draw_rotated_boxes
+"""Pictures of rotated boxes: an mmdet visualizer that draws RotatedBoxes (tools/test.py
+--show-dir, tools/infer.py, tools/analysis_tools/browse_dataset.py)."""
 from .rotated_visualizer import RotatedDetLocalVisualizer
 
-__all__ = ['draw_rotated_boxes', 'RotatedDetLocalVisualizer']
+__all__ = ['RotatedDetLocalVisualizer']

@@ -1,8 +1,8 @@
 """RotatedDetLocalVisualizer: mmdet's DetLocalVisualizer that draws rotated boxes as polygons.
 
 Use it in a config as `visualizer=dict(type='RedetRotatedDetLocalVisualizer', ...)`; tools/test.py
-`--show-dir` and tools/browse_dataset.py then draw RotatedBoxes. Horizontal boxes and masks
-are drawn by the parent class.
+`--show-dir` and tools/analysis_tools/browse_dataset.py then draw RotatedBoxes. Horizontal boxes
+and masks are drawn by the parent class.
 """
 from typing import List, Optional
 

@@ -191,10 +191,10 @@ def test_synthetic_dior_layout(tmp_path):
 def test_make_synthetic_tool_layouts(tmp_path, monkeypatch, layout):
     from tests.test_tools.test_data_tools import run_tool
     from tests.test_datasets.test_hrsc_dataset import build as build_hrsc
-    run_tool('data/make_synthetic_dota.py', [str(tmp_path), '--layout', layout, '--num-train', '2',
+    run_tool('dataset_converters/make_synthetic_dota.py', [str(tmp_path), '--layout', layout, '--num-train', '2',
                                              '--num-val', '1', '--image-size', '64'], monkeypatch)
     ds = build_hrsc(tmp_path, 'test') if layout == 'hrsc' else build(tmp_path, 'test')
     assert len(ds) == 1 and ds.get_data_info(0)['width'] == 64
     with pytest.raises(SystemExit, match=f'--classes for --layout {layout}'):
-        run_tool('data/make_synthetic_dota.py', [str(tmp_path), '--layout', layout, '--classes', 'plane'],
+        run_tool('dataset_converters/make_synthetic_dota.py', [str(tmp_path), '--layout', layout, '--classes', 'plane'],
                  monkeypatch)

@@ -10,7 +10,7 @@ from mmengine.structures import InstanceData
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.engine import OneBatchBehind
-from redet_plugin.models.layers.padded_results import keeping_padding
+from redet_plugin.structures.padded_results import keeping_padding
 
 from ._read_guard import ReadGuard, reads_allowed
 

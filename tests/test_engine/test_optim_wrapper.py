@@ -13,7 +13,7 @@ from torch import nn
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.engine import OptimWrapper
-from redet_plugin.engine.deferred_scalars import attach_queue, detach_queue
+from redet_plugin.utils.deferred_scalars import attach_queue, detach_queue
 
 
 def _steps(wrapper_type, model, clip_grad, steps=4):
@@ -31,9 +31,14 @@ def _steps(wrapper_type, model, clip_grad, steps=4):
 
 
 def test_registered_under_the_one_naming_scheme():
+    from mmengine.optim import AmpOptimWrapper as MMEngineAmpOptimWrapper
+
+    from redet_plugin.engine import AmpOptimWrapper
     assert OPTIM_WRAPPERS.get('RedetOptimWrapper') is OptimWrapper
     assert ROOT_OPTIM_WRAPPERS.get('mmdet.RedetOptimWrapper') is OptimWrapper
     assert issubclass(OptimWrapper, MMEngineOptimWrapper)
+    assert OPTIM_WRAPPERS.get('RedetAmpOptimWrapper') is AmpOptimWrapper
+    assert issubclass(AmpOptimWrapper, MMEngineAmpOptimWrapper)
 
 
 @pytest.mark.parametrize('clip_grad', [dict(max_norm=0.5, norm_type=2),

@@ -87,6 +87,35 @@ def test_average_precision_modes_and_bad_mode():
         average_precision(recalls, precisions, 'voc')
 
 
+def devkit_average_precision(recalls, precisions, mode):
+    """The DOTA devkit's formulas, in float64."""
+    if mode == '11points':
+        return sum(max(precisions[recalls >= t], default=0.0) for t in np.arange(0.0, 1.1, 0.1)) / 11
+    mrec = np.concatenate([[0.0], recalls, [1.0]])
+    mpre = np.maximum.accumulate(np.concatenate([[0.0], precisions, [0.0]])[::-1])[::-1]
+    steps = np.flatnonzero(mrec[1:] != mrec[:-1])
+    return float(np.sum((mrec[steps + 1] - mrec[steps]) * mpre[steps + 1]))
+
+
+@pytest.mark.parametrize('seed', range(20))
+@pytest.mark.parametrize('mode', ['11points', 'area'])
+def test_average_precision_is_mmdets_and_the_devkits(seed, mode):
+    """mmdet's value as a float (it rounds to float32: the devkit's float64 value to 1e-7), also
+    for a recall of exactly 3/5, which the devkit's 0.6000000000000001 threshold leaves out."""
+    from mmdet.evaluation.functional import average_precision as mmdet_average_precision
+    rng = np.random.default_rng(seed)
+    num_gts = int(rng.integers(1, 12))
+    tp = np.cumsum(rng.uniform(size=int(rng.integers(0, 30))) < 0.5, dtype=np.float64)
+    fp = np.arange(1, len(tp) + 1) - tp
+    recalls, precisions = tp / num_gts, tp / np.maximum(tp + fp, np.finfo(np.float64).eps)
+    ours = average_precision(recalls, precisions, mode)
+    assert type(ours) is float
+    assert ours == float(mmdet_average_precision(recalls, precisions, mode))
+    assert ours == pytest.approx(devkit_average_precision(recalls, precisions, mode), rel=1e-6, abs=1e-7)
+    three_fifths = np.array([0.2, 0.4, 0.6]), np.array([1.0, 1.0, 0.5])
+    assert average_precision(*three_fifths, '11points') == pytest.approx((5 * 1.0 + 0.5) / 11)
+
+
 def random_case(seed, num_images=6, num_classes=3, rotated=True):
     rng = np.random.default_rng(seed)
     detections, annotations = [], []

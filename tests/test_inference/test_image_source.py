@@ -6,8 +6,8 @@ import pytest
 from PIL import Image
 
 from redet_plugin.inference import ImageReadError, ImageSource
-from redet_plugin.inference.patches import Patch, plan_patches, read_patch
-from redet_plugin.datasets.dota_split import pad_patch
+from redet_plugin.inference.patches import read_patch
+from redet_plugin.structures.patch_grid import Patch, pad_patch, plan_patches
 
 RNG = np.random.default_rng(0)
 COLOUR = RNG.integers(0, 256, (70, 90, 3)).astype(np.uint8)

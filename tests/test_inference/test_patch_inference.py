@@ -201,8 +201,8 @@ def test_bad_arguments_are_named(kwargs, message):
         detect_by_patches(ImageSource(np.zeros((10, 10), np.uint8)), fake_detector(), **kwargs)
 
 
-@pytest.mark.xfail(strict=True, reason="mmcv 2.1's box_iou_rotated gives 0 for a box inside "
-                   "another that shares three of its edges, so NMS keeps both")
+@pytest.mark.xfail(strict=True, reason="mmcv 2.1's box_iou_rotated (the metric's IoU) gives 0 for "
+                   "a box inside another that shares three of its edges")
 def test_mmcv_rotated_iou_of_a_box_sharing_three_edges():
     whole = [255.946, 97.86, 60.541, 24.62, 0.738]
     theta = 0.738  # the same box shortened at one end, along its axis

@@ -11,7 +11,7 @@ from tests._helpers import register_mmrotate
 register_mmrotate()
 from mmrotate.registry import MODELS as MMROTATE_MODELS  # noqa: E402
 from redet_plugin.models import isolate_e2cnn_bases  # noqa: E402
-from redet_plugin.models.equivariant import to_plain  # noqa: E402
+from redet_plugin.models.layers.equivariant import to_plain  # noqa: E402
 
 IN_CHANNELS = [16, 32]
 # (convert one model, undo it): the undo keeps a shared basis from leaking into later tests

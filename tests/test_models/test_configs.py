@@ -16,14 +16,7 @@ import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
-def is_deprecated_name(path):
-    with open(path) as f:
-        return f.readline().startswith('# deprecated name; use ')
-
-
-# (the deprecated names are checked against these in test_deprecated_config_names.py)
-CONFIGS = sorted(p for p in glob.glob(osp.join(ROOT, 'configs/redet/*.py'))
-                 if not is_deprecated_name(p))
+CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs/redet/*.py')))
 CUSTOM_IMPORTS = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
 # the only configs that declare it: the model base (which every configs/redet config inherits)
 # and the configs built on mmdet's or mmrotate's own bases

@@ -2,8 +2,8 @@
 one while a graph is being captured, and no copy from the host (which would wait for a GPU)."""
 import torch
 
-from redet_plugin.models import device_constants
-from redet_plugin.models.device_constants import constant
+from redet_plugin.models.utils import device_constants
+from redet_plugin.models.utils.device_constants import constant
 
 
 def test_values_dtype_and_device():
@@ -22,7 +22,7 @@ def test_kept_per_key():
 
 
 def test_made_anew_while_capturing(monkeypatch):
-    monkeypatch.setattr(device_constants, "capturing", lambda device: True)
+    monkeypatch.setattr(device_constants, "is_capturing", lambda device: True)
     a, b = (constant((3.0, 4.0), torch.float32, "cpu") for _ in range(2))
     assert a is not b and torch.equal(a, torch.tensor([3.0, 4.0]))
 
@@ -39,11 +39,11 @@ def test_kept_in_a_bounded_cache_unless_capturing(monkeypatch):
 
     def make(v):
         return lambda: made.append(v) or torch.tensor([v])
-    from redet_plugin.models.device_constants import kept_in
+    from redet_plugin.models.utils.device_constants import kept_in
     a = kept_in(cache, "a", 2, make(1.0), "cpu")
     assert kept_in(cache, "a", 2, make(9.0), "cpu") is a and made == [1.0]
     kept_in(cache, "b", 2, make(2.0), "cpu")
     kept_in(cache, "c", 2, make(3.0), "cpu")  # drops the oldest, "a"
     assert list(cache) == ["b", "c"]
-    monkeypatch.setattr(device_constants, "capturing", lambda device: True)
+    monkeypatch.setattr(device_constants, "is_capturing", lambda device: True)
     assert kept_in(cache, "d", 2, make(4.0), "cpu").tolist() == [4.0] and list(cache) == ["b", "c"]

@@ -9,12 +9,11 @@ from torch.autograd import gradcheck
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from redet_plugin.models.backbones import ReResNet
-from redet_plugin.models.equivariant import regular_type, rotation_gspace
-from redet_plugin.testing import capture
-from tests._helpers import waits_for_nothing
-from redet_plugin.models import field_batch_norm as field_batch_norm_module
-from redet_plugin.models.field_batch_norm import (FieldBatchNorm, _BatchStatisticsNorm,
-                                                  _FieldScaleShift, field_batch_norm)
+from redet_plugin.models.layers.equivariant import regular_type, rotation_gspace
+from redet_plugin.testing import capture, waits_for_nothing
+from redet_plugin.models.layers import field_batch_norm as field_batch_norm_module
+from redet_plugin.models.layers.field_batch_norm import (FieldBatchNorm, _BatchStatisticsNorm,
+                                                         _FieldScaleShift, field_batch_norm)
 
 USES_FIELD_NORM = FieldBatchNorm.uses_field_norm  # the real rule, before the fixture below
 

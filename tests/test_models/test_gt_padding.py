@@ -1,4 +1,4 @@
-"""Ground truth padded to a fixed count (models/gt_padding.py) and RedetMaxIoUAssigner's
+"""Ground truth padded to a fixed count (structures/gt_padding.py) and RedetMaxIoUAssigner's
 `gt_instances.valid`: the priors get exactly mmdet's assignment to the real gts alone."""
 import itertools
 
@@ -8,7 +8,7 @@ from mmdet.structures.bbox import HorizontalBoxes
 from mmengine.structures import InstanceData
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-from redet_plugin.models.gt_padding import (PADDING_BOX_XYWHA, PADDING_BOX_XYXY,
+from redet_plugin.structures.gt_padding import (PADDING_BOX_XYWHA, PADDING_BOX_XYXY,
                                             pad_gt_instances, padding_box)
 from redet_plugin.models.task_modules import (DeltaXYWHBBoxCoder, DeltaXYWHTHBBoxCoder,
                                               DeltaXYWHTRBBoxCoder, RBboxOverlaps2D)

@@ -8,7 +8,7 @@ from mmdet.models.roi_heads.roi_extractors import SingleRoIExtractor
 from mmdet.registry import MODELS
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-from tests._helpers import waits_for_nothing
+from redet_plugin.testing import waits_for_nothing
 
 LAYERS = [dict(type='RedetRoIPool', output_size=7),
           dict(type='RoIAlign', output_size=7, sampling_ratio=0)]

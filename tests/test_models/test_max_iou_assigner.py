@@ -14,7 +14,7 @@ from mmengine.structures import InstanceData
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.models.task_modules import MaxIoUAssigner
-from tests._helpers import waits_for_nothing
+from redet_plugin.testing import waits_for_nothing
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SEEDS = range(40)

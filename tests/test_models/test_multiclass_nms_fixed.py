@@ -8,8 +8,9 @@ import torch
 from mmdet.models.layers import multiclass_nms
 
 from redet_plugin.models.layers import multiclass_nms_fixed
-from redet_plugin.models.roi_heads import rotated_bbox_head
-from tests._helpers import safe_iou_threshold, waits_for_nothing
+from redet_plugin.models.roi_heads.bbox_heads import rotated_bbox_head
+from redet_plugin.testing import waits_for_nothing
+from tests._helpers import safe_iou_threshold
 
 ROTATED_NMS = dict(type='nms_rotated', iou_threshold=0.1)
 
@@ -180,7 +181,7 @@ def test_tiny_detector_head_outputs_give_mmdets_detections(monkeypatch):
 
     import redet_plugin.mm  # noqa: F401  (registers the mm layer)
     register_all_modules(init_default_scope=True)
-    cfg = Config.fromfile('configs/redet/redet_re18_refpn_tiny_synthetic.py').model
+    cfg = Config.fromfile('configs/redet/redet-le90_re18_refpn_tiny-synthetic.py').model
     torch.manual_seed(0)
     model = MODELS.build(cfg).eval()
     calls = []

@@ -1,4 +1,4 @@
-"""Padded ground truth (models/gt_padding.py) gives the training losses of the real gts alone:
+"""Padded ground truth (structures/gt_padding.py) gives the training losses of the real gts alone:
 RedetRPNHead's, the RoI Transformer's stages' and the whole ReDet's, for the same draw; and
 the padding marks matter (read as real gts, the padding rows change the losses)."""
 import copy
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-from redet_plugin.models.gt_padding import PADDING_BOX_XYXY, pad_gt_instances
+from redet_plugin.structures.gt_padding import PADDING_BOX_XYXY, pad_gt_instances
 from redet_plugin.structures import RotatedBoxes
 from tests._helpers import make_samples, tiny_detector
 from tests.test_models.test_fixed_size_rcnn_loss import (features_and_proposals,
@@ -108,7 +108,7 @@ def test_padding_gts_are_never_candidates_that_can_be_drawn():
     from mmdet.models.task_modules.samplers import RandomSampler
     from mmengine.structures import InstanceData
 
-    from redet_plugin.models.roi_heads.fixed_size_sampling import sample_fixed
+    from redet_plugin.models.task_modules.samplers.fixed_size_sampler import sample_fixed
     from tests.test_models.test_max_iou_assigner import assigner_pair, grid_boxes
     assigner, _ = assigner_pair(pos_iou_thr=0.5, neg_iou_thr=0.5, min_pos_iou=0.0)
     sampler = RandomSampler(num=1000, pos_fraction=0.5, add_gt_as_proposals=True)

@@ -9,9 +9,9 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.models.backbones import ReResNet
-from redet_plugin.models.equivariant import (convert_to_plain, he_init_, r2conv, regular_type,
-                                             trivial_type)
-from redet_plugin.models.field_batch_norm import FieldBatchNorm
+from redet_plugin.models.layers.equivariant import (convert_to_plain, he_init_, r2conv,
+                                                    regular_type, trivial_type)
+from redet_plugin.models.layers.field_batch_norm import FieldBatchNorm
 from tests._helpers import full_fp32
 
 TINY = dict(depth=18, base_channels=16)

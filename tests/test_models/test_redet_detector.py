@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-from tests._helpers import make_samples, tiny_detector, waits_for_nothing
+from redet_plugin.testing import waits_for_nothing
+from tests._helpers import make_samples, tiny_detector
 
 
 @pytest.fixture(scope='module')
@@ -111,7 +112,7 @@ def test_cuda_training_step_waits_for_nothing(channels_last):
 @pytest.mark.cuda
 def test_cuda_test_forward_waits_only_for_the_final_cut(monkeypatch):
     """A test forward waits once: the read-back of how many detections each image keeps."""
-    from redet_plugin.models.layers import padded_results
+    from redet_plugin.structures import padded_results
     from redet_plugin.testing import record_host_syncs
     model = tiny_detector('cuda').eval()
     inputs = torch.randn(2, 3, 128, 128, device='cuda')
@@ -121,7 +122,7 @@ def test_cuda_test_forward_waits_only_for_the_final_cut(monkeypatch):
             model.predict(inputs, samples)
         syncs = record_host_syncs(lambda: model.predict(inputs, samples))
     assert [s['site'].split(':')[0] for s in syncs] == [
-        'redet_plugin/models/layers/padded_results.py'], syncs
+        'redet_plugin/structures/padded_results.py'], syncs
     assert syncs[0]['count'] == 1
     # and none inside compiled ops, whose waits warn outside Python's warning machinery
     monkeypatch.setattr(padded_results, 'cut_padding',
@@ -133,7 +134,7 @@ def test_cuda_test_forward_waits_only_for_the_final_cut(monkeypatch):
 @pytest.mark.cuda
 def test_cuda_test_forward_keeping_its_padding_waits_for_nothing():
     """As the validation and test loops run it (engine/one_behind_loops.py): the cut is theirs."""
-    from redet_plugin.models.layers.padded_results import keep_padding
+    from redet_plugin.structures.padded_results import keep_padding
     model = tiny_detector('cuda').eval()
     inputs = torch.randn(2, 3, 128, 128, device='cuda')
     samples = _cuda_samples()
@@ -159,7 +160,7 @@ def _forbid_sync_until_the_cut(cut):
 def meta_rotated_iou(monkeypatch):
     """mmcv's box_iou_rotated has no meta kernel; on meta tensors a stand-in gives its output
     shape, (m, n), which does not depend on the boxes' values."""
-    from redet_plugin.models.task_modules.rbbox_overlaps import RBboxOverlaps2D
+    from redet_plugin.models.task_modules.iou_calculators.rbbox_overlaps import RBboxOverlaps2D
     real = RBboxOverlaps2D.__call__
 
     def call(self, bboxes1, bboxes2, mode='iou', is_aligned=False):
@@ -173,7 +174,7 @@ def meta_rotated_iou(monkeypatch):
 
 def _meta_inputs(gt_capacity=None):
     """Meta inputs; with gt_capacity, the gts padded to that count (gt_instances.valid)."""
-    from redet_plugin.models.gt_padding import pad_gt_instances
+    from redet_plugin.structures.gt_padding import pad_gt_instances
     inputs = torch.empty(2, 3, 128, 128, device='meta')
     samples = make_samples(num_boxes=(3, 5))
     if gt_capacity is not None:
@@ -207,7 +208,7 @@ def test_test_forward_reads_no_value_before_its_final_cut(meta_rotated_iou):
 
 
 def test_test_forward_keeping_its_padding_reads_no_value(meta_rotated_iou):
-    from redet_plugin.models.layers.padded_results import keep_padding
+    from redet_plugin.structures.padded_results import keep_padding
     model = tiny_detector().eval().to('meta')
     inputs, samples = _meta_inputs()
     with torch.no_grad(), keep_padding():

@@ -13,7 +13,7 @@ from mmengine.registry import MODELS as ROOT_MODELS
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin import ops as redet_ops
-from redet_plugin.models.roi_extractors.roi_layer_builder import resolve_roi_layer_class
+from redet_plugin.models.roi_heads.roi_extractors.roi_layer_builder import resolve_roi_layer_class
 
 REPO = Path(__file__).resolve().parents[2]
 OUR_NAMES = ["RedetRoIPool", "RedetRiRoIAlignRotated", "RedetDepthFlowProjection",
@@ -160,9 +160,9 @@ def test_importing_twice_and_reloading_is_harmless():
         from mmdet.registry import MODELS
         before = {n: MODELS.get(n) for n in %r if MODELS.get(n) is not None}
         # the mm layer's entry, the package import lists and registering modules
-        names = ['redet_plugin.models.op_modules',
-                 'redet_plugin.models.roi_extractors.rotated_single_level_roi_extractor',
-                 'redet_plugin.models.roi_extractors.horizontal_single_level_roi_extractor',
+        names = ['redet_plugin.models.layers.op_modules',
+                 'redet_plugin.models.roi_heads.roi_extractors.rotated_single_level_roi_extractor',
+                 'redet_plugin.models.roi_heads.roi_extractors.horizontal_single_level_roi_extractor',
                  'redet_plugin.models.roi_heads.roipool_roi_head', 'redet_plugin.models',
                  'redet_plugin.datasets.dota', 'redet_plugin.evaluation.dota_metric',
                  'redet_plugin.mm']

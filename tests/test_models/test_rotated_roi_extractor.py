@@ -7,7 +7,7 @@ import torch
 from mmcv import ops as mmcv_ops
 from torch import nn
 
-from redet_plugin.models.roi_extractors import RotatedSingleRoIExtractor
+from redet_plugin.models.roi_heads.roi_extractors import RotatedSingleRoIExtractor
 
 STRIDES = [4, 8, 16, 32]
 

@@ -12,7 +12,7 @@ from mmengine.config import ConfigDict
 from mmengine.structures import InstanceData
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-from tests._helpers import waits_for_nothing
+from redet_plugin.testing import waits_for_nothing
 
 STRIDES = [4, 8, 16, 32, 64]
 PAD = 128

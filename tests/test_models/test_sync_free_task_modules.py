@@ -10,8 +10,9 @@ from mmdet.models.task_modules.samplers import RandomSampler
 from mmdet.registry import MODELS, TASK_UTILS
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-from redet_plugin.models.task_modules.fixed_size_sampler import check_random_sampler, sample_masks
-from tests._helpers import peak_cpu_bytes, waits_for_nothing
+from redet_plugin.models.task_modules.samplers.fixed_size_sampler import check_random_sampler, sample_masks
+from redet_plugin.testing import waits_for_nothing
+from tests._helpers import peak_cpu_bytes
 
 
 def random_boxes(n, g, scale=100.0):

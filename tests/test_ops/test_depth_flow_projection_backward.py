@@ -86,10 +86,11 @@ def test_gradcheck_float64_many_tiles_fast_mode(fill):
 
 
 # ---- CUDA ------------------------------------------------------------------------------------
-# Shapes for the CUDA kernels' boundaries (csrc/depth_flow_projection/cuda/backward.cu):
-# partial tiles, many tiles per row (walks over more than four summaries), many per column,
-# a row narrower than a warp's 128-pixel span of the terms kernel and one wider, one row, one
-# column, an odd number of rows for the gather's 2-row strips.
+# Shapes for the CUDA kernels' boundaries
+# (csrc/depth_flow_projection/cuda/depth_flow_projection_backward.cu): partial tiles, many tiles per
+# row (walks over more than four summaries), many per column, a row narrower than a warp's 128-pixel
+# span of the terms kernel and one wider, one row, one column, an odd number of rows for the
+# gather's 2-row strips.
 CUDA_SHAPES = [(2, 70, 100), (1, 1, 300), (1, 300, 1), (3, 33, 129), (1, 9, 2049), (2, 1100, 3),
                (1, 31, 33), (1, 2, 33000)]
 

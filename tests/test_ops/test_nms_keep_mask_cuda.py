@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from redet_plugin.ops import nms_keep_mask
-from tests._helpers import (random_horizontal_boxes, random_rotated_boxes, safe_iou_threshold,
-                            waits_for_nothing)
+from redet_plugin.testing import waits_for_nothing
+from tests._helpers import random_horizontal_boxes, random_rotated_boxes, safe_iou_threshold
 
 pytestmark = pytest.mark.cuda
 

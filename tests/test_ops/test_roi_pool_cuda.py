@@ -155,9 +155,9 @@ def test_cuda_bad_rois_raise_after_the_kernel_ran(column, value, message):
 
 
 # The CUDA forward gathers from a channels-last copy of the input, one warp per (chunk of channels,
-# RoI, bin row, group of up to 8 bins). Two paths (csrc/roi_pool/cuda/forward.cu): float, half
-# and bfloat16 with an even C and a data pointer aligned to 2 elements take the vector path (a lane
-# owns 2 adjacent channels, 64-channel chunks); double, odd C or a misaligned pointer take the
+# RoI, bin row, group of up to 8 bins). Two paths (csrc/roi_pool/cuda/roi_pool_forward.cu): float,
+# half and bfloat16 with an even C and a data pointer aligned to 2 elements take the vector path (a
+# lane owns 2 adjacent channels, 64-channel chunks); double, odd C or a misaligned pointer take the
 # scalar path (a lane per channel, 32-channel chunks). These cases hit both paths, partial chunks,
 # several bin groups per row, every input layout, and must match the CPU kernel bit for bit.
 def cuda_layouts(x):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from redet_plugin.ops import riroi_align_rotated, roi_pool, unchecked_rois
-from tests._helpers import waits_for_nothing
+from redet_plugin.testing import waits_for_nothing
 
 
 def bad_inputs(device):

@@ -256,10 +256,10 @@ def test_test_refuses_a_cut_checkpoint_in_one_line(checkpoint, data_root, tmp_pa
 
 
 def test_the_tools_load_users_checkpoints_weights_only():
-    """Every torch.load of tools/ and redet_plugin/ passes weights_only=True."""
+    """Every torch.load of tools/, scripts/ and redet_plugin/ passes weights_only=True."""
     import re
     calls = []
-    for folder in ('tools', 'redet_plugin'):
+    for folder in ('tools', 'scripts', 'redet_plugin'):
         for path in glob.glob(osp.join(ROOT, folder, '**', '*.py'), recursive=True):
             with open(path) as f:
                 text = f.read()
@@ -267,3 +267,28 @@ def test_the_tools_load_users_checkpoints_weights_only():
     assert calls
     for path, call in calls:
         assert 'weights_only=True' in call, (path, call)
+
+
+@pytest.mark.parametrize('how', ['load_from', 'resume', 'test'])
+def test_the_tools_read_a_checkpoint_once_weights_only(how, checkpoint, data_root, tmp_path, monkeypatch):
+    """The Runner's read is the only one: the check works on what it read."""
+    if how == 'resume':  # a checkpoint of a run, to resume for one more epoch
+        train(tmp_path, *options(data_root))
+        path = str(tmp_path / 'work' / 'epoch_1.pth')
+    else:
+        path = checkpoint
+    reads, real_load = [], torch.load
+
+    def counted_load(f, *args, **kwargs):
+        reads.append((str(f), kwargs.get('weights_only')))
+        return real_load(f, *args, **kwargs)
+    monkeypatch.setattr(torch, 'load', counted_load)
+    if how == 'test':
+        run_test(tmp_path, path, *options(data_root, 0, ('test_dataloader',)))
+    elif how == 'resume':
+        from tools.train import main
+        main([TINY, '--work-dir', str(tmp_path / 'work'), '--resume', path, '--cfg-options',
+              *options(data_root), 'train_cfg.max_epochs=2'])
+    else:
+        train(tmp_path, *options(data_root), f'load_from={path}')
+    assert [read for read in reads if read[0] == path] == [(path, True)]

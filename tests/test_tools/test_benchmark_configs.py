@@ -9,7 +9,7 @@ through tools/train.py and evaluates on the generated test split through tools/t
 config's own data set classes, evaluator and schedule (one epoch). A second test checks that the
 shrinking keeps those from the real config.
 
-The data come from tools/data/make_synthetic_dota.py (--layout hrsc / dior / dota); the DOTA sets
+The data come from tools/dataset_converters/make_synthetic_dota.py (--layout hrsc / dior / dota); the DOTA sets
 get objects of the classes that only DOTA-v1.5 and v2.0 have by renaming classes in the generated
 labelTxt files."""
 import copy
@@ -60,13 +60,13 @@ def load_tool(path):
 
 
 def make_data(root, layout, renames):
-    """tools/data/make_synthetic_dota.py --layout LAYOUT; in the DOTA layout, the objects of each
+    """tools/dataset_converters/make_synthetic_dota.py --layout LAYOUT; in the DOTA layout, the objects of each
     class in `renames` get the new class name (train and val labels)."""
     argv = ['make_synthetic_dota.py', str(root), '--layout', layout, '--num-train', str(NUM_TRAIN),
             '--num-val', str(NUM_TEST), '--image-size', str(SIZE)]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, 'argv', argv)
-        load_tool('data/make_synthetic_dota.py').main()
+        load_tool('dataset_converters/make_synthetic_dota.py').main()
     renamed = set()
     for txt in glob.glob(osp.join(root, '*', 'labelTxt', '*.txt')):
         with open(txt) as f:
@@ -295,10 +295,10 @@ def test_data_doc_table_names_every_data_set_and_existing_configs():
 
 
 def test_data_doc_preparation_commands_write_where_the_configs_read():
-    tool = load_tool('data/dota_split.py')
+    tool = load_tool('dataset_converters/dota_split.py')
     for data_set, prepare, configs in table_rows():
         cfg = Config.fromfile(real_config(configs[0]))
-        commands = re.findall(r'`(python tools/data/dota_split.py [^`]*)`', prepare)
+        commands = re.findall(r'`(python tools/dataset_converters/dota_split.py [^`]*)`', prepare)
         if data_set.startswith(('HRSC2016', 'DIOR-R')):
             assert not commands and prepare == 'none'
             continue
@@ -328,10 +328,10 @@ def doc_commands(program):
 
 
 def test_data_doc_synthetic_commands_point_each_config_at_the_generated_set():
-    from tools._common import load_config
+    from redet_plugin.engine.cli import load_config
     from tools.train import parse_args
     generated = {}
-    for words in doc_commands('tools/data/make_synthetic_dota.py'):
+    for words in doc_commands('tools/dataset_converters/make_synthetic_dota.py'):
         layout = words[words.index('--layout') + 1] if '--layout' in words else 'dota'
         generated[osp.normpath(words[2])] = layout
     runs = doc_commands('tools/train.py')
@@ -343,3 +343,19 @@ def test_data_doc_synthetic_commands_point_each_config_at_the_generated_set():
         roots = {osp.normpath(d.data_root) for loader in loaders for d in datasets_of(cfg[loader])}
         assert len(roots) == 1 and generated[roots.pop()] == layout, words
         assert cfg.train_cfg.max_epochs == 1
+
+
+def test_submission_files_of_each_data_set_go_to_a_folder_of_their_own():
+    """Configs that write Task1 files for different data sets never share a folder: a DOTA-v1.5
+    test run must not overwrite DOTA-v1.0's submission."""
+    prefixes = {}
+    for path in sorted(glob.glob(osp.join(ROOT, 'configs/redet/*.py'))):
+        cfg = Config.fromfile(path, import_custom_modules=False)
+        evaluator = cfg.get('test_evaluator')
+        if not isinstance(evaluator, dict) or not evaluator.get('format_only'):
+            continue
+        prefixes.setdefault(evaluator['outfile_prefix'], set()).add(
+            cfg.test_dataloader.dataset.type)
+    assert prefixes, 'no config writes submission files'
+    shared = {prefix: types for prefix, types in prefixes.items() if len(types) > 1}
+    assert not shared, f'one outfile_prefix for several data sets: {shared}'

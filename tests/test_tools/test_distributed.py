@@ -263,7 +263,7 @@ def test_cpu_processes_refuse_what_cannot_run_without_a_gpu(launcher, backend, m
                                                              monkeypatch):
     from mmengine.config import Config
 
-    from tools._common import setup_cpu_distributed
+    from redet_plugin.engine.cpu_distributed import setup_cpu_distributed
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     cfg = Config(dict(launcher=launcher, env_cfg=dict(dist_cfg=dict(backend=backend))))
     with pytest.raises(SystemExit, match=message):

@@ -1,4 +1,4 @@
-"""The main job (tools/demo_main.py --quick: synthetic data -> train -> test -> plot), resuming,
+"""The demo (scripts/demo_main.py --quick: synthetic data -> train -> test -> plot), resuming,
 and the clear errors the tools give for bad inputs."""
 import json
 import os
@@ -28,7 +28,7 @@ def config_file():
 
 @pytest.fixture(scope='module')
 def demo_run(tmp_path_factory, config_file):
-    from tools.demo_main import main
+    from scripts.demo_main import main
     base = tmp_path_factory.mktemp('demo')
     work_dir, data_root = str(base / 'work'), str(base / 'data')
     metrics = main(['--quick', '--config', config_file, '--work-dir', work_dir,
@@ -113,18 +113,18 @@ def test_corrupt_image_is_named(demo_run, config_file, tmp_path):
 def test_checkpoint_from_a_different_model_is_refused(demo_run, tmp_path):
     from mmdet.registry import MODELS
     from mmengine.registry import init_default_scope
-    from tools._common import check_checkpoint_matches
+    from redet_plugin.utils.checkpoint_check import CheckpointMismatchError, load_checked_checkpoint
     init_default_scope('mmdet')
     _, work_dir, _ = demo_run
     cfg = Config.fromfile(osp.join(work_dir, osp.basename(
         [f for f in os.listdir(work_dir) if f.endswith('.py')][0])))
     model = MODELS.build(cfg.model)
-    check_checkpoint_matches(model, osp.join(work_dir, 'epoch_1.pth'))  # its own: accepted
+    load_checked_checkpoint(model, osp.join(work_dir, 'epoch_1.pth'))  # its own: accepted
     cfg.model.roi_head.bbox_head[1].num_classes = 7
     other = MODELS.build(cfg.model)
     torch.save({'state_dict': other.state_dict()}, tmp_path / 'other.pth')
-    with pytest.raises(SystemExit, match=r'is from a different model: .*wrong shape.*fc_cls'):
-        check_checkpoint_matches(model, str(tmp_path / 'other.pth'))
+    with pytest.raises(CheckpointMismatchError, match=r'is from a different model: .*wrong shape.*fc_cls'):
+        load_checked_checkpoint(model, str(tmp_path / 'other.pth'))
 
 
 def _tiny_options(data_root, loaders=('train_dataloader', 'val_dataloader', 'test_dataloader')):
@@ -171,16 +171,16 @@ def test_load_from_accepts_a_checkpoint_with_other_heads(tmp_path):
     """Fine-tuning on other classes: only the classifier and regressor do not fit."""
     from mmdet.registry import MODELS
     from mmengine.registry import init_default_scope
-    from tools._common import check_checkpoint_matches
+    from redet_plugin.utils.checkpoint_check import CheckpointMismatchError, load_checked_checkpoint
     init_default_scope('mmdet')
     cfg = Config.fromfile(TINY)
     model = MODELS.build(cfg.model)
     for head in cfg.model.roi_head.bbox_head:
         head.num_classes = 7
     torch.save({'state_dict': MODELS.build(cfg.model).state_dict()}, tmp_path / 'seven.pth')
-    check_checkpoint_matches(model, str(tmp_path / 'seven.pth'), strict=False)
-    with pytest.raises(SystemExit, match='wrong shape'):  # but it is not this model's own checkpoint
-        check_checkpoint_matches(model, str(tmp_path / 'seven.pth'))
+    load_checked_checkpoint(model, str(tmp_path / 'seven.pth'), strict=False)
+    with pytest.raises(CheckpointMismatchError, match='wrong shape'):  # but it is not this model's own checkpoint
+        load_checked_checkpoint(model, str(tmp_path / 'seven.pth'))
 
 
 def test_test_refuses_a_data_set_of_other_classes(demo_run, tmp_path):
@@ -240,8 +240,8 @@ class _Stopped(Exception):
 
 @pytest.fixture
 def demo_main_until_train(monkeypatch, tmp_path):
-    """tools/demo_main.main with the repository root at tmp_path/repo, stopping at the train step."""
-    import tools.demo_main as demo_main
+    """scripts/demo_main.main with the repository root at tmp_path/repo, stopping at the train step."""
+    import scripts.demo_main as demo_main
 
     def stop(step, args):
         raise _Stopped(args)
@@ -301,7 +301,7 @@ def test_demo_main_refuses_folders_of_another_run(demo_main_until_train, tmp_pat
     with pytest.raises(SystemExit, match=r'quick_work holds a run with other cfg_options'):
         demo_main_until_train(['--quick', '--config', TINY, '--work-dir', str(tmp_path / 'quick_work'),
                                '--data-root', quick_data, '--cfg-options', 'randomness.seed=1'])
-    with pytest.raises(SystemExit, match=r'full_data is not empty and holds no run of this job'):
+    with pytest.raises(SystemExit, match=r'full_data is not empty and holds no run of the demo'):
         demo_main_until_train(['--quick', '--config', TINY, '--work-dir', full_data, '--data-root', quick_data])
     for folder in (full_work, full_data):
         with open(osp.join(folder, 'saved.txt')) as f:
@@ -320,7 +320,7 @@ def test_demo_main_resumes_its_own_run(demo_run, demo_main_until_train):
     ('PYTORCH_ALLOC_CONF', 'max_split_size_mb:128')])
 def test_tools_use_expandable_segments_unless_the_allocator_is_configured(user_setting,
                                                                           monkeypatch):
-    from tools._common import use_expandable_segments
+    from redet_plugin.engine.cli import use_expandable_segments
     names = ('PYTORCH_ALLOC_CONF', 'PYTORCH_CUDA_ALLOC_CONF')
     for name in names:
         monkeypatch.delenv(name, raising=False)
@@ -339,7 +339,8 @@ def test_this_torch_reads_the_expandable_segments_setting_without_a_warning():
     """In a fresh process (the allocator reads its settings once): the variable the tools set is
     the one this torch reads, and it does not warn that the name is deprecated."""
     env = {k: v for k, v in os.environ.items() if 'ALLOC_CONF' not in k}
-    code = ('from tools._common import use_expandable_segments; use_expandable_segments(); '
+    code = ('from redet_plugin.engine.cli import use_expandable_segments; '
+            'use_expandable_segments(); '
             'import torch; torch.zeros(1, device="cuda"); '
             'print(torch.cuda.memory._snapshot()["allocator_settings"]["expandable_segments"])')
     env['PYTHONPATH'] = os.pathsep.join(p for p in (ROOT, env.get('PYTHONPATH')) if p)

@@ -1,6 +1,6 @@
 """ReDet's multi-scale + rotation recipe (configs/redet/redet-le90_re50_refpn_rr-1x_dota-ms.py) end
 to end on the CPU: generated 600 x 600 DOTA-format images, split at rates 0.5, 1.0 and 1.5 by
-tools/data/dota_split.py, two training iterations through tools/train.py (the recipe with the
+tools/dataset_converters/dota_split.py, two training iterations through tools/train.py (the recipe with the
 tiny model), detection on the test patches through tools/test.py, merged back into the full
 images' pixels as Task1 files. Also: the preparation commands of the config's header, the
 recipe's and the HRSC base config's pipelines and evaluators build, and the recipe's rotation
@@ -48,10 +48,10 @@ def load_tool(path):
 
 
 def run_split(argv):
-    """tools/data/dota_split.py with this command line, in this process."""
+    """tools/dataset_converters/dota_split.py with this command line, in this process."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, 'argv', ['dota_split.py'] + argv)
-        load_tool('data/dota_split.py').main()
+        load_tool('dataset_converters/dota_split.py').main()
 
 
 @pytest.fixture(scope='module')
@@ -127,16 +127,16 @@ def test_config_header_gives_the_preparation_commands():
     """The split commands at the top of the recipe (and of its data base) are dota_split.py's
     command lines for ReDet's and mmrotate's multi-scale split, writing where the config reads."""
     cfg = Config.fromfile(MS_CONFIG)
-    tool = load_tool('data/dota_split.py')
+    tool = load_tool('dataset_converters/dota_split.py')
     for path in (MS_CONFIG, MS_DATA):
         with open(path) as f:
             commands = [line.lstrip('# ').strip() for line in f
-                        if line.lstrip('# ').startswith('python tools/data/dota_split.py')]
+                        if line.lstrip('# ').startswith('python tools/dataset_converters/dota_split.py')]
         assert len(commands) == 3, path
         destinations = {}
         for command in commands:
             words = shlex.split(command)
-            assert words[:2] == ['python', 'tools/data/dota_split.py']
+            assert words[:2] == ['python', 'tools/dataset_converters/dota_split.py']
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(sys, 'argv', words[1:])
                 args = tool.parse_args()

@@ -1,16 +1,15 @@
-"""Rotated boxes drawn as polygons: the cv2 helper and the mmdet visualizer."""
+"""Rotated boxes drawn as polygons by the mmdet visualizer."""
 import math
 
 import cv2
 import numpy as np
-import pytest
 import torch
 from mmdet.structures import DetDataSample
 from mmengine.structures import InstanceData
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.structures import RotatedBoxes, rbox2qbox
-from redet_plugin.visualization import RotatedDetLocalVisualizer, draw_rotated_boxes
+from redet_plugin.visualization import RotatedDetLocalVisualizer
 
 BOX = [60.0, 50.0, 60.0, 20.0, math.pi / 6]
 
@@ -20,18 +19,6 @@ def edge_and_centre(img):
     corner = rbox2qbox(torch.tensor([BOX]))[0, :2].round().long().tolist()
     patch = img[corner[1] - 1:corner[1] + 2, corner[0] - 1:corner[0] + 2]
     return patch.max() > 0, img[50, 60].max() == 0
-
-
-def test_draw_rotated_boxes_outline_and_text():
-    img = np.zeros((100, 120, 3), np.uint8)
-    out = draw_rotated_boxes(img, RotatedBoxes(torch.tensor([BOX])), [1], ['a', 'b'], scores=[0.5],
-                             palette=[(255, 0, 0), (0, 0, 255)])
-    assert img.max() == 0  # the input is not modified
-    on_edge, centre_empty = edge_and_centre(out)
-    assert on_edge and centre_empty
-    assert out[..., 2].max() == 255 and out[..., 0].max() == 0  # palette[label] used
-    with pytest.raises(ValueError, match=r'img must be \(H, W, 3\)'):
-        draw_rotated_boxes(np.zeros((4, 4)), torch.tensor([BOX]))
 
 
 def test_visualizer_draws_rotated_gt_and_predictions(tmp_path):

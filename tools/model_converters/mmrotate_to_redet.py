@@ -10,13 +10,8 @@ configs/redet/redet-le90_re50_refpn_mmrotate-compat_1x_dota.py (mmrotate's RiRoI
 orientation mode).
 """
 import argparse
-import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))  # a checkout
-
-from tools.model_converters._checkpoint_io import (build_model, load_strictly,  # noqa: E402
-                                                   save_weights)
+from redet_plugin.utils.checkpoint_io import build_model, load_strictly, save_weights
 
 
 def main(argv=None):

@@ -12,19 +12,14 @@ mmrotate's stage 2 uses mmcv's RiRoIAlignRotated (our legacy_orientation=True): 
 with our continuous orientation interpolation gives somewhat different detections there.
 """
 import argparse
-import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))  # a checkout
-
-from tools.model_converters._checkpoint_io import (build_model, load_strictly,  # noqa: E402
-                                                   save_weights)
+from redet_plugin.utils.checkpoint_io import build_model, load_strictly, save_weights
 
 
 def to_mmrotate_state_dict(model) -> dict:
     """The model's state dict under mmrotate's keys, with e2cnn's expanded filters (the model is
     put in eval mode, where e2cnn expands them)."""
-    from redet_plugin.models.equivariant import CachedFilterR2Conv
+    from redet_plugin.models.layers.equivariant import CachedFilterR2Conv
     from redet_plugin.models.necks import ReFPN
     model.eval()
     renames = [(_join(name, ours), _join(name, theirs)) for name, module in model.named_modules()

@@ -1,5 +1,5 @@
-# DOTA-v1.0 split into 1024x1024 patches with gap 200 by tools/data/dota_split.py:
-#   python tools/data/dota_split.py data/DOTA/train data/DOTA/split_1024/train
+# DOTA-v1.0 split into 1024x1024 patches with gap 200 by tools/dataset_converters/dota_split.py:
+#   python tools/dataset_converters/dota_split.py data/DOTA/train data/DOTA/split_1024/train
 #   (same for val and test). Needs custom_imports=dict(imports=['redet_plugin.mm']), default_scope='mmdet'.
 dataset_type = 'RedetDOTADataset'
 data_root = 'data/DOTA/split_1024/'

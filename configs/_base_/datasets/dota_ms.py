@@ -1,9 +1,9 @@
 # DOTA-v1.0 split at three scales (rates 0.5, 1.0, 1.5) into 1024 x 1024 patches with gap 500,
 # as ReDet's and mmrotate's multi-scale splits (mmrotate: split_configs/dota1_0/ms_*.json), by
-# tools/data/dota_split.py (DOTA as downloaded in data/DOTA/{train,val,test}; test has no labelTxt):
-#   python tools/data/dota_split.py data/DOTA/train data/DOTA/split_ms_1024/trainval --patch-size 1024 --gap 500 --rates 0.5 1.0 1.5
-#   python tools/data/dota_split.py data/DOTA/val data/DOTA/split_ms_1024/trainval --patch-size 1024 --gap 500 --rates 0.5 1.0 1.5
-#   python tools/data/dota_split.py data/DOTA/test data/DOTA/split_ms_1024/test --patch-size 1024 --gap 500 --rates 0.5 1.0 1.5
+# tools/dataset_converters/dota_split.py (DOTA as downloaded in data/DOTA/{train,val,test}; test has no labelTxt):
+#   python tools/dataset_converters/dota_split.py data/DOTA/train data/DOTA/split_ms_1024/trainval --patch-size 1024 --gap 500 --rates 0.5 1.0 1.5
+#   python tools/dataset_converters/dota_split.py data/DOTA/val data/DOTA/split_ms_1024/trainval --patch-size 1024 --gap 500 --rates 0.5 1.0 1.5
+#   python tools/dataset_converters/dota_split.py data/DOTA/test data/DOTA/split_ms_1024/test --patch-size 1024 --gap 500 --rates 0.5 1.0 1.5
 # Patch ids are `<image>__<rate>__<left>___<top>`, (left, top) in the image scaled by rate: the
 # test metric maps every patch's detections back to its full image (coordinates / rate) and
 # merges the rates and overlaps with rotated NMS.

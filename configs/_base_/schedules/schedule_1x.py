@@ -11,7 +11,8 @@ param_scheduler = [
 ]
 
 # RedetOptimWrapper: mmengine's OptimWrapper whose clipping logs the gradient norm
-# without waiting for the GPU (read back with the losses, once per log interval)
+# without waiting for the GPU (read back with the losses, once per log interval), and which
+# skips a step whose loss or gradients are not finite, decided on the GPU (docs/failures.md)
 optim_wrapper = dict(
     type='RedetOptimWrapper',
     optimizer=dict(type='SGD', lr=0.005, momentum=0.9, weight_decay=0.0001),

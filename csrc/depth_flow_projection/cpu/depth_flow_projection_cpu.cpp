@@ -152,7 +152,7 @@ void pixel_terms_cpu(const GradView<scalar_t>& grad, const scalar_t* out, const 
 }
 
 // One tile of the hole filling's backward: what a CUDA warp keeps in shared memory and
-// registers, filled by the same calls in the same order (cuda/backward.cu).
+// registers, filled by the same calls in the same order (cuda/depth_flow_projection_backward.cu).
 template <typename acc_t>
 struct RunTile {
   GradPair<acc_t> cells[kRunTile * kRunTileStride];

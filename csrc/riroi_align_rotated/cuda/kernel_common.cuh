@@ -1,11 +1,13 @@
-// What RiRoIAlignRotated's forward and backward kernels share: the options, the per-row check and
-// how (RoI, channel chunk) work items map onto warps.
+// What RiRoIAlignRotated's forward and backward kernels share: the options, the per-row check, the
+// RoI's geometry at its level, and the set-up of the channels-last kernels (a thread's lane in its
+// channel chunk, a work item's RoI and channels, the warp's ChannelTile).
 #pragma once
 #include <ATen/OpMathType.h>
 
 #include "common/cuda/channel_tile.cuh"
 #include "common/roi_rows.h"
 #include "riroi_align_rotated/riroi_align_rotated.h"
+#include "riroi_align_rotated/riroi_align_rotated_math.h"
 
 namespace redet {
 
@@ -35,6 +37,38 @@ __device__ __forceinline__ bool roi_level_and_image(const scalar_t* roi, const i
   return true;
 }
 
+// RoI k's level and image, the map's size there and the RoI's geometry on it.
+template <typename acc_t>
+struct LevelRoi {
+  int level, image, height, width;
+  RiRoIGeometry<acc_t> g;
+};
+
+// RoI k at its level (levels: the forward's FeatureLevels or the backward's LevelLayout); false for
+// a row that breaks the rules (roi_level_and_image). kGrid > 0: the fixed grid of the channels-last
+// kernels (num_samples == kGrid, equal already), set as compile-time constants so that the compiler
+// folds the divisions by the grid into exact multiplications.
+template <int kGrid, typename scalar_t, typename Levels>
+__device__ __forceinline__ bool level_roi(const Levels& levels, const scalar_t* rois,
+                                          const int64_t* roi_levels, int64_t k, int batch_size,
+                                          const KernelOptions& opt,
+                                          LevelRoi<at::opmath_type<scalar_t>>* r) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const scalar_t* roi = rois + k * 6;
+  if (!roi_level_and_image(roi, roi_levels, k, levels.count, batch_size, &r->level, &r->image)) {
+    return false;
+  }
+  r->height = levels.height[r->level];
+  r->width = levels.width[r->level];
+  r->g = riroi_geometry<scalar_t, acc_t>(roi, levels.spatial_scale[r->level], opt.out_h, opt.out_w,
+                                         opt.num_samples, opt.num_orientations, opt.clockwise);
+  if constexpr (kGrid > 0) {
+    r->g.grid_h = r->g.grid_w = kGrid;
+    r->g.count = acc_t(kGrid * kGrid);
+  }
+  return true;
+}
+
 // Work items (RoI, channel chunk) of the channels-last kernels go chunk-major: item = chunk *
 // num_rois + RoI. The warps in flight then share one chunk's channels of every pixel (training
 // shape: 2 x 256^2 pixels x 128 B = 17 MB, L2-resident) instead of all channels of the RoIs in
@@ -56,6 +90,57 @@ constexpr int channels_last_warps_per_block() {
 // Channels of one warp: whole orientation groups, as many as fit in 32 lanes.
 REDET_HOST_DEVICE int chunk_lanes(int num_orientations) {
   return (kWarp / num_orientations) * num_orientations;
+}
+
+// Bytes of a channels-last block's ChannelTiles (one per warp). The kernels declare them as raw
+// bytes: c10::Half / BFloat16 have constructors, which __shared__ arrays may not have.
+template <typename scalar_t>
+constexpr int channels_last_tile_bytes() {
+  return channels_last_warps_per_block<scalar_t>() * ChannelTile<scalar_t>::elements() *
+         sizeof(scalar_t);
+}
+
+// This warp's ChannelTile in the block's tile bytes.
+template <typename scalar_t>
+__device__ __forceinline__ ChannelTile<scalar_t> warp_tile(unsigned char* tile_memory, int warp) {
+  return ChannelTile<scalar_t>(reinterpret_cast<scalar_t*>(tile_memory) +
+                               warp * ChannelTile<scalar_t>::elements());
+}
+
+// A thread of a channels-last kernel: one warp per work item, lane = channel of the item's chunk.
+struct ChunkLane {
+  int lane, warp;               // in the block
+  int lanes, chunks;            // channels of a chunk (chunk_lanes), chunks of a RoI
+  int orientation, group_lane;  // its channel's orientation; the lane of orientation 0 of its group
+};
+
+__device__ __forceinline__ ChunkLane chunk_lane(int channels, int num_orientations) {
+  ChunkLane c;
+  c.lane = threadIdx.x % kWarp;
+  c.warp = threadIdx.x / kWarp;
+  c.lanes = chunk_lanes(num_orientations);
+  c.chunks = (channels + c.lanes - 1) / c.lanes;
+  c.orientation = c.lane % num_orientations;
+  c.group_lane = c.lane - c.orientation;
+  return c;
+}
+
+// The RoI and channels of work item `roi_item` (chunk-major: chunk_of_item).
+struct ChunkItem {
+  int64_t k;           // the RoI
+  int chunk_start;     // its first channel
+  int chunk_channels;  // its channels: lanes, or fewer in the last chunk
+  bool active;         // this lane has a channel
+};
+
+__device__ __forceinline__ ChunkItem chunk_item(int64_t roi_item, int64_t num_rois, int channels,
+                                                const ChunkLane& c) {
+  ChunkItem it;
+  it.k = roi_item % num_rois;
+  it.chunk_start = chunk_of_item(roi_item, num_rois) * c.lanes;
+  it.chunk_channels = min(c.lanes, channels - it.chunk_start);
+  it.active = c.lane < it.chunk_channels;
+  return it;
 }
 
 }  // namespace redet

@@ -14,9 +14,9 @@ from mmdet.registry import MODELS
 
 from redet_plugin.utils.registration import register
 
-from ..equivariant import (NUM_ORIENTATIONS, EquivariantNetwork, FieldSequential, r2conv,
+from ..layers.equivariant import (NUM_ORIENTATIONS, EquivariantNetwork, FieldSequential, r2conv,
                            regular_type, to_plain, trivial_type)
-from ..field_batch_norm import FieldBatchNorm
+from ..layers.field_batch_norm import FieldBatchNorm
 
 
 class _ReBlock(torch.nn.Module):

@@ -9,7 +9,7 @@ memory, and cuts its proposals to what NMS keeps: each waits for the GPU. Here
   (RedetMaxIoUAssigner ignores them, so the others get mmdet's assignment), the sampler's draw
   is a pair of masks (fixed_size_sampler), and the loss weights are those masks;
 - the loss is one call over all levels and images, averaged by the drawn count kept on the GPU;
-- gts padded to a fixed count (`gt_instances.valid`, models/gt_padding.py) give the targets
+- gts padded to a fixed count (`gt_instances.valid`, structures/gt_padding.py) give the targets
   of the real gts alone: the assigner never assigns a padding gt;
 - the proposals of all images go through one class-aware NMS (nms_keep_mask; classes are
   image x level, mmdet's per-level NMS) and come out as `max_per_img` rows per image, highest
@@ -30,13 +30,13 @@ from mmdet.structures.bbox import get_box_tensor
 from mmengine.structures import InstanceData
 from torch import Tensor
 
+from redet_plugin.models.utils.device_constants import kept_in
 from redet_plugin.ops import nms_keep_mask
 from redet_plugin.utils.registration import register
 
-from ..device_constants import kept_in
 from ..layers.multiclass_nms import kept_first, nms_arguments
-from ..task_modules.fixed_size_sampler import check_random_sampler, sample_masks
-from ..task_modules.max_iou_assigner import MaxIoUAssigner
+from ..task_modules.samplers import check_random_sampler, sample_masks
+from ..task_modules.assigners import MaxIoUAssigner
 
 _ANCHOR_CACHE_SIZE = 8  # feature-map size sets kept (multi-scale training uses a few)
 _INSIDE_CACHE_SIZE = 32  # (feature-map sizes, pad shape, image shape) keys kept

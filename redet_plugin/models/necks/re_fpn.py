@@ -15,10 +15,10 @@ from torch import Tensor, nn
 
 from mmdet.registry import MODELS
 
+from redet_plugin.models.utils.autocast_off import autocast_off
 from redet_plugin.utils.registration import register
 
-from ..autocast_off import autocast_off
-from ..equivariant import NUM_ORIENTATIONS, EquivariantNetwork, r2conv, regular_type, to_plain
+from ..layers.equivariant import NUM_ORIENTATIONS, EquivariantNetwork, r2conv, regular_type, to_plain
 
 
 @register(MODELS)

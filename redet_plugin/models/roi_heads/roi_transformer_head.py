@@ -23,13 +23,12 @@ from mmdet.structures.bbox import bbox2roi, get_box_tensor
 from mmengine.structures import InstanceData
 from torch import Tensor
 
+from redet_plugin.structures.padded_results import cut_unless_kept
 from redet_plugin.utils.registration import register
 
 from ...structures import rbox2hbox
-from ..task_modules.fixed_size_sampler import check_random_sampler
-from .fixed_size_sampling import FixedSample, sample_fixed
-from ..layers.padded_results import cut_unless_kept
-from .rotated_bbox_head import empty_rotated_results
+from ..task_modules.samplers import FixedSample, check_random_sampler, sample_fixed
+from .bbox_heads.rotated_bbox_head import empty_rotated_results
 
 
 def _with_boxes(instances: InstanceData, boxes: Tensor) -> InstanceData:
@@ -60,7 +59,7 @@ class RoITransformerRoIHead(CascadeRoIHead):
 
     def loss(self, x: Tuple[Tensor], rpn_results_list: List[InstanceData],
              batch_data_samples: SampleList) -> dict:
-        """mmdet's CascadeRoIHead.loss in fixed-size tensors (fixed_size_sampling): each image
+        """mmdet's CascadeRoIHead.loss in fixed-size tensors (sample_fixed): each image
         gives each stage min(num, #candidates) rows; the losses are mmdet's for the same draw."""
         if len(rpn_results_list) != len(batch_data_samples):
             raise ValueError(f'rpn_results_list: expected one entry per image '

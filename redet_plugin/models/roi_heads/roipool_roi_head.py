@@ -28,7 +28,7 @@ from mmdet.models.roi_heads import StandardRoIHead
 from redet_plugin.utils.registration import register
 
 from ...ops import RoIPool
-from ..roi_extractors.roi_layer_builder import pooled_size
+from .roi_extractors.roi_layer_builder import pooled_size
 
 DEFAULTS = dict(num_classes=80, in_channels=256, featmap_strides=(4, 8, 16, 32), roi_size=7,
                 fc_out_channels=1024)

@@ -1,11 +1,8 @@
-"""Box coders, IoU calculators, assigners and samplers (mmdet TASK_UTILS); mmdet's own where
-they wait on the host, rewritten so that they do not."""
-from .bbox_overlaps import BboxOverlaps2D
-from .delta_xywh_bbox_coder import DeltaXYWHBBoxCoder
-from .delta_xywht_hbbox_coder import DeltaXYWHTHBBoxCoder
-from .delta_xywht_rbbox_coder import DeltaXYWHTRBBoxCoder
-from .max_iou_assigner import MaxIoUAssigner
-from .rbbox_overlaps import RBboxOverlaps2D
+"""Box coders, IoU calculators, assigners and samplers (mmdet TASK_UTILS), laid out as mmdet's
+task_modules; mmdet's own where they wait on the host, rewritten so that they do not."""
+from .assigners import MaxIoUAssigner
+from .coders import DeltaXYWHBBoxCoder, DeltaXYWHTHBBoxCoder, DeltaXYWHTRBBoxCoder
+from .iou_calculators import BboxOverlaps2D, RBboxOverlaps2D
 
 __all__ = ['BboxOverlaps2D', 'DeltaXYWHBBoxCoder', 'DeltaXYWHTHBBoxCoder', 'DeltaXYWHTRBBoxCoder',
            'MaxIoUAssigner', 'RBboxOverlaps2D']

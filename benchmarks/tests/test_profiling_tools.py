@@ -1,0 +1,182 @@
+"""The detector's benchmark and profiling tools on the CPU: their arguments build the profiled
+model, the profile runs end to end on the tiny config, and each benchmark run gets its options.
+Their numbers come from a GPU (benchmarks/results); here only that they run."""
+import json
+import os.path as osp
+
+import pytest
+import torch
+
+import redet_plugin.mm  # noqa: F401  (registers the mm layer)
+from benchmarks.profiling import list_host_syncs, profile_detector
+from redet_plugin.datasets import generate_synthetic_dota
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+TINY = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
+
+
+@pytest.fixture(scope='module')
+def data_root(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp('profiling') / 'syn')
+    generate_synthetic_dota(root, num_train=2, num_val=2, image_size=96, progress=False)
+    return root
+
+
+@pytest.mark.parametrize('flags', [[], ['--eager'], ['--captured'], ['--channels-last'],
+                                   ['--no-channels-last']])
+def test_list_host_syncs_arguments_build_the_profiled_model(flags, data_root):
+    with pytest.MonkeyPatch.context() as monkeypatch:  # (it refuses to run without a GPU)
+        monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+        args = list_host_syncs.parse_args(['--out', 'unused.json', '--config', TINY,
+                                           '--data-root', data_root] + flags)
+    args.device = 'cpu'
+    cfg, model, _, loaders = profile_detector.build(args)
+    assert (model.step_graphs is not None) == ('--captured' in flags)
+    graphs_off = '--eager' in flags or '--captured' in flags
+    assert (model.feature_graphs is not None) == (not graphs_off and
+                                                  bool(cfg.model.get('cuda_graph_features')))
+    assert model.channels_last == ('--no-channels-last' not in flags)  # (the config's: True)
+    assert set(loaders) == {'train', 'val'}
+
+
+def test_profile_detector_runs_on_the_cpu(data_root, tmp_path):
+    out = tmp_path / 'profile.json'
+    profile_detector.main(['--out', str(out), '--config', TINY, '--data-root', data_root,
+                           '--warmup', '1', '--iters', '1', '--images', '1', '--captured',
+                           '--device', 'cpu'])
+    result = json.loads(out.read_text())
+    assert result['captured'] and result['device'] == 'cpu'
+    for step in ('train', 'test'):
+        assert result[step]['uninstrumented_ms'] > 0
+        assert 'gpu_busy' not in result[step]  # (kernel time exists only on a GPU)
+
+
+# channels_last: the option the run passes (None: none, the config's layout)
+@pytest.mark.parametrize('run, amp, step_graph, channels_last', [
+    ('ours', False, False, None), ('ours_amp', True, False, None),
+    ('ours_amp_profile', True, False, None), ('ours_graph', False, True, False),
+    ('ours_graph_amp', True, True, False), ('ours_graph_cl', False, True, True),
+    ('ours_graph_amp_cl', True, True, True)])
+def test_detector_bench_runs_get_their_options(run, amp, step_graph, channels_last):
+    from benchmarks.detector.bench_detector_vs_mmrotate import commands
+    train, test, _ = commands(run, 'cfg.py', 'work', 'work_test', 10)
+    assert ('--amp' in train) == amp
+    assert ('model.cuda_graph_step=True' in train) == step_graph
+    assert ('model.cuda_graph_predict=True' in test) == step_graph
+    for command in (train, test):
+        layouts = [arg for arg in command if arg.startswith('model.channels_last=')]
+        assert layouts == ([] if channels_last is None
+                           else [f'model.channels_last={channels_last}'])
+        assert command.count('--cfg-options') <= 1  # a second one would replace the first
+
+
+@pytest.mark.parametrize('captured_map, met', [(0.609, True), (0.589, False), (0.63, False)])
+def test_the_captured_map_goal_compares_with_the_eager_run(captured_map, met):
+    from types import SimpleNamespace
+
+    from benchmarks.detector.bench_detector_vs_mmrotate import comparison
+    runs = dict(ours=dict(test=dict(mAP50=0.6)), ours_graph_cl=dict(test=dict(mAP50=captured_map)))
+    long_enough = SimpleNamespace(iters=1000, min_iters_for_map=1000)
+    assert comparison(runs, long_enough)['goals']['captured_map_within_1_point_of_eager'] is met
+    too_short = SimpleNamespace(iters=60, min_iters_for_map=1000)
+    assert comparison(runs, too_short)['goals']['captured_map_within_1_point_of_eager'] is None
+
+
+def test_the_captured_runs_eager_test_differs_only_in_the_predict_graph_and_its_folder():
+    from benchmarks.detector.bench_detector_vs_mmrotate import commands, eager_predict_command
+    _, test, _ = commands('ours_graph_cl', 'cfg.py', 'work', 'work_test', 10)
+    eager = eager_predict_command(test, 'work_test', 'work_test_eager')
+    assert [(a, b) for a, b in zip(test, eager) if a != b] == [
+        ('work_test', 'work_test_eager'),
+        ('model.cuda_graph_predict=True', 'model.cuda_graph_predict=False')]
+
+
+@pytest.mark.parametrize('eager_map, met', [(0.6015, True), (0.603, False), (None, None)])
+def test_the_captured_test_map_goal_compares_the_same_checkpoint_tested_eagerly(eager_map, met):
+    from types import SimpleNamespace
+
+    from benchmarks.detector.bench_detector_vs_mmrotate import comparison
+    runs = dict(ours_graph_cl=dict(test=dict(mAP50=0.6),
+                                   test_eager_predict=dict(mAP50=eager_map)))
+    goals = comparison(runs, SimpleNamespace(iters=60, min_iters_for_map=1000))['goals']
+    assert goals['captured_test_map_within_0_002_of_eager'] is met
+
+
+@pytest.mark.parametrize('amp_cl_step, met', [(0.0280, True), (0.0290, False)])
+def test_the_captured_goals_compare_with_mmrotate_and_the_fp32_captured_step(amp_cl_step, met):
+    from types import SimpleNamespace
+
+    from benchmarks.detector.bench_detector_vs_mmrotate import comparison
+
+    def run(step, image, reserved):
+        return dict(train=dict(median_iter_time_s=step, peak_cuda_memory=dict(
+            reserved_mb=reserved)), test=dict(s_per_image=image))
+    runs = dict(mmrotate=run(0.25, 0.07, 5700), ours_graph_cl=run(0.042, 0.0180, 5500),
+                ours_graph_amp_cl=run(amp_cl_step, 0.0120, 3300))
+    runs['mmrotate']['test']['model_s_per_image'] = 0.066
+    runs['ours_graph_cl']['test']['model_s_per_image'] = 0.012
+    goals = comparison(runs, SimpleNamespace(iters=60, min_iters_for_map=1000))['goals']
+    assert goals['train_captured_at_least_5x_mmrotate'] is True   # 5.95x
+    assert goals['test_captured_at_least_4x_mmrotate_per_image'] is False  # 3.89x
+    assert goals['test_captured_model_at_least_5x_mmrotate_per_image'] is True  # 5.5x
+    assert goals['train_captured_peak_memory_not_above_mmrotate'] is True
+    assert goals['amp_captured_at_least_1_5x_fp32'] is met  # 1.50x / 1.45x
+    del runs['ours_graph_amp_cl']
+    goals = comparison(runs, SimpleNamespace(iters=60, min_iters_for_map=1000))['goals']
+    assert goals['amp_captured_at_least_1_5x_fp32'] is None
+
+
+def test_test_summary_reads_the_models_time_without_the_wait_for_data(tmp_path):
+    from benchmarks.detector.bench_detector_vs_mmrotate import test_summary
+    run = tmp_path / 'test' / '20261203_000000'
+    run.mkdir(parents=True)
+    lines = [f'12/03 00:00:0{i} - mmengine - INFO - Epoch(test) [{10 * i}/30]    eta: 0:00:01  '
+             f'time: {t:.4f}  data_time: {d:.4f}  memory: {m}'
+             for i, (t, d, m) in enumerate([(0.5, 0.4, 100), (0.0120, 0.0020, 300),
+                                            (0.0110, 0.0005, 200)], start=1)]
+    (run / '20261203_000000.log').write_text('\n'.join(lines) + '\n')
+    summary = test_summary(str(tmp_path / 'test'))
+    assert summary['s_per_image'] == pytest.approx(0.0115)  # the first window is warm-up
+    assert summary['model_s_per_image'] == pytest.approx((0.0100 + 0.0105) / 2)
+    assert summary['peak_memory_mb'] == 300
+
+
+def test_device_idle_splits_launch_gaps_from_waits():
+    # (us) two overlapping kernels, a 5 us launch gap, a 100 us wait, a 20 us gap (launch)
+    spans = [(200, 230), (0, 10), (5, 15), (20, 80), (180, 200), (250, 260)]
+    launch_gaps, waits = profile_detector.device_idle_ms(spans)
+    assert (launch_gaps, waits) == pytest.approx((0.025, 0.1))
+
+
+def test_kernels_go_to_the_innermost_part_holding_their_launch():
+    """kernels_by_part's attribution: by launch time, to the shortest holding range (a part inside
+    'forward' wins over it; a backward op on autograd's thread falls in the waiting range)."""
+    ranges = [('forward', 0, 100), ('backbone', 10, 40), ('rpn loss', 50, 90),
+              ('rpn assign', 60, 70), ('backward heads', 120, 200)]
+    points = [5, 20, 65, 80, 150, 110, 40]
+    assert profile_detector.innermost_range(points, ranges) == [
+        'forward', 'backbone', 'rpn assign', 'rpn loss', 'backward heads', 'other', 'backbone']
+
+
+def test_the_captured_run_is_kept_before_its_eager_test(monkeypatch, tmp_path):
+    """A call cut during the captured run's eager test keeps that run's training and test."""
+    from types import SimpleNamespace
+
+    import benchmarks.detector.bench_detector_vs_mmrotate as bench
+    launched, kept = [], []
+    monkeypatch.setattr(bench, 'commands', lambda run, config, work_dir, test_dir, iters: (
+        ['train'], ['test', test_dir], {}))
+
+    def run_logged(cmd, *args, **kwargs):
+        launched.append(cmd[0])
+        return 0, 1.0  # (rc, wall s)
+    monkeypatch.setattr(bench, 'run_logged', run_logged)
+    monkeypatch.setattr(bench, 'train_summary', lambda *a: dict(median_iter_time_s=0.04))
+    monkeypatch.setattr(bench, 'test_summary', lambda d: dict(s_per_image=0.01, mAP50=0.5))
+    args = SimpleNamespace(work_root=str(tmp_path), log_dir=str(tmp_path), iters=2, skip=1,
+                           timeout=10)
+    result = bench.bench_run(bench.CAPTURED, args, 'config.py', 1, None,
+                             lambda outcome: kept.append((list(launched), dict(outcome))))
+    assert [k[0] for k in kept] == [['train', 'test']]  # kept once, before the eager test
+    assert kept[0][1]['test']['mAP50'] == 0.5 and 'test_eager_predict' not in kept[0][1]
+    assert launched == ['train', 'test', 'test'] and result['test_eager_predict']['mAP50'] == 0.5

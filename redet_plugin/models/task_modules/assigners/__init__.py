@@ -1,0 +1,4 @@
+"""Assigners (mmdet TASK_UTILS)."""
+from .max_iou_assigner import MaxIoUAssigner
+
+__all__ = ['MaxIoUAssigner']
