@@ -104,7 +104,8 @@ def test_a_skipped_replay_leaves_the_model_as_it_was_and_the_next_one_trains(opt
 @pytest.mark.cuda
 def test_after_a_skipped_replay_the_replays_are_those_of_a_run_without_its_batch():
     finals, start = [], _detector('cuda').state_dict()
-    for seeds in ([0, 1, 2, 3], [0, 1, 3]):  # (batch 2 poisoned, or left out)
+    # batch 2 poisoned; left out; left out again (the run-to-run noise of atomic sums)
+    for seeds in ([0, 1, 2, 3], [0, 1, 3], [0, 1, 3]):
         model = _detector('cuda', warmup_iters=1, min_gt_capacity=16)
         wrapper = _wrapper(model, 'SGD', guarded=True)
         factor = _poisoned(model, 'cuda')
@@ -114,11 +115,14 @@ def test_after_a_skipped_replay_the_replays_are_those_of_a_run_without_its_batch
             model.train_step(_batch('cuda', (3, 5), seed=seed), wrapper)
         assert model.step_graphs.failed is None and len(model.step_graphs) == 1
         finals.append(model.state_dict())
-    # (the runs differ by the order of atomic sums only; a step taken or a buffer not put back
-    # would move a tensor by about its whole update)
+    # A step taken or a buffer not put back would move a tensor by about its whole update; the
+    # runs may differ otherwise only as much as two runs of the same batches do (times 10).
+    noise = _update_gaps(finals[2], finals[1], start)
     gaps = _update_gaps(finals[0], finals[1], start)
-    far = {name: f'{gap:.2e}' for name, gap in gaps.items() if gap > 1e-3}
-    assert not far, far
+    far = {name: (f'{gap:.2e}', f'{noise[name]:.2e}') for name, gap in gaps.items()
+           if gap > max(1e-3, 10 * noise[name])}
+    assert not far, ('(skipped-batch run, run of the same batches again) relative to the '
+                     f'update: {far}')
 
 
 @pytest.mark.cuda
