@@ -24,7 +24,7 @@ def parse_args(argv=None):
                         help="resume training: 'auto' (or no value) = from the latest checkpoint "
                         'in the work dir; or a checkpoint path')
     parser.add_argument('--amp', action='store_true',
-                        help='mixed precision (AmpOptimWrapper); needs a GPU')
+                        help='mixed precision (an AMP optim wrapper); needs a GPU')
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help="scale the learning rate linearly with the total batch (GPUs x "
                         "batch per GPU) over the config's auto_scale_lr.base_batch_size")

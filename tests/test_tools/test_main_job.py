@@ -146,7 +146,7 @@ def test_train_refuses_amp_without_a_gpu_before_building_anything(tmp_path, monk
     assert not osp.exists(tmp_path / 'data')  # refused before the Runner made the data set
     with pytest.raises(SystemExit):
         main(['--help'])
-    assert '--amp mixed precision (AmpOptimWrapper); needs a GPU' in ' '.join(capsys.readouterr().out.split())
+    assert '--amp mixed precision (an AMP optim wrapper); needs a GPU' in ' '.join(capsys.readouterr().out.split())
 
 
 def test_train_names_a_missing_load_from(tmp_path):
