@@ -242,3 +242,16 @@ def exact_hole_case(batch, height, width, seed=0, dtype=torch.float32):
     flow[:, 0] = torch.where(keep, flow[:, 0], torch.full_like(flow[:, 0], 10.0 * width + 10))
     depth = 2.0 ** torch.randint(-1, 3, (batch, 1, height, width), generator=g).float()
     return flow.to(dtype), depth.to(dtype)
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool):
+    """TF32 in cuDNN's convolutions and CUDA's matmuls on (torch's default for cuDNN) or off for
+    the block, as it was after it: with it off, two fp32 models compared on a GPU differ by float
+    rounding, not by TF32's 10-bit mantissa amplified through a deep network."""
+    previous = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = previous

@@ -8,6 +8,8 @@ import os.path as osp
 
 import torch
 
+from redet_plugin.testing import tf32
+
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
@@ -23,17 +25,9 @@ def deterministic_mode():
         torch.use_deterministic_algorithms(previous)
 
 
-@contextlib.contextmanager
 def full_fp32():
-    """No TF32 in cuDNN convolutions or CUDA matmuls for the block (torch lets cuDNN use it by
-    default): two fp32 models compared on a GPU then differ by float rounding, not by TF32's 10-bit
-    mantissa amplified through a deep network."""
-    previous = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = previous
+    """No TF32 for the block (redet_plugin.testing.tf32(False))."""
+    return tf32(False)
 
 
 def peak_cpu_bytes(fn):

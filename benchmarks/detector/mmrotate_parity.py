@@ -14,13 +14,14 @@ difficult objects.
 (repo root; a diagnostic: its JSON says where the detections part, the tests hold the result.)
 """
 import argparse
-import contextlib
 import copy
 import json
 import os.path as osp
 import time
 
 import torch
+
+from redet_plugin.testing import tf32
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 OUR_CONFIG = osp.join(REPO, 'configs/redet/redet-le90_re50_refpn_mmrotate-compat_1x_dota.py')
@@ -39,16 +40,6 @@ def parse_args(argv=None):
     p.add_argument('--variants', nargs='+', default=None)
     p.add_argument('--out', required=True)
     return p.parse_args(argv)
-
-
-@contextlib.contextmanager
-def tf32(enabled: bool):
-    previous = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = previous
 
 
 def test_dataset(cfg, scope):
