@@ -24,6 +24,7 @@ EOF
 python3 tools/test.py "$OUT/ours_test.py" "$CKPT" --work-dir "$WORK/ours_test" > "$OUT/ours_test.log" 2>&1
 echo "our test rc=$?"; grep -E "mAP|dota/" "$OUT/ours_test.log" | tail -3
 grep -E "mAP" "$OUT/bench_logs/test_mmrotate.log" | tail -2
-tar -czf "$OUT/parity_logs.tar.gz" -C "$OUT" bench_logs ours_test.log bench.log 2>/dev/null; rm -rf "$OUT/bench_logs"
+tar -czf "$OUT/parity_logs.tar.gz" -C "$OUT" bench_logs ours_test.log bench.log 2>/dev/null
 python3 -m benchmarks.detector.mmrotate_parity --mmrotate-config "$THEIR_CONFIG" --checkpoint "$CKPT" \
   --our-config "$OUT/ours_test.py" --images "$IMAGES" --out "$OUT/parity.json" "$@" 2>&1 | tee "$OUT/parity.log" | grep -v Warning
+rm -rf "$OUT/bench_logs"  # (packed above; parity.py read its mmrotate config)

@@ -15,8 +15,7 @@ import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.utils.deferred_scalars import attach_queue, detach_queue
 from redet_plugin.testing import waits_for_nothing
 from redet_plugin.utils.nonfinite_guard import GRADIENTS_NOT_FINITE, LOSS_NOT_FINITE
-from tests.test_cuda_graphs.test_step_graphs import (_batch, _captured, _detector, _update_gaps,
-                                                     _wrapper)
+from tests.test_cuda_graphs.test_step_graphs import _batch, _captured, _detector, _wrapper
 from tests.test_engine.test_nonfinite_steps import NAN, _assert_same, _state
 
 BOTH = LOSS_NOT_FINITE + GRADIENTS_NOT_FINITE
@@ -102,27 +101,27 @@ def test_a_skipped_replay_leaves_the_model_as_it_was_and_the_next_one_trains(opt
 
 
 @pytest.mark.cuda
-def test_after_a_skipped_replay_the_replays_are_those_of_a_run_without_its_batch():
-    finals, start = [], _detector('cuda').state_dict()
-    # batch 2 poisoned; left out; left out again (the run-to-run noise of atomic sums)
-    for seeds in ([0, 1, 2, 3], [0, 1, 3], [0, 1, 3]):
+def test_after_a_skipped_replay_the_next_one_is_that_of_a_run_without_its_batch():
+    """The replay after a skipped one gives the losses of a run that never saw the skipped batch
+    (captured replays of the same weights and batch agree to about 1e-6), and not those of a run
+    that trained on it. The final weights are no test here: two runs of the same batches on this
+    tiny model drift apart by up to a quarter of their update (atomic sums in the backward)."""
+    def last_losses(seeds, poisoned):
         model = _detector('cuda', warmup_iters=1, min_gt_capacity=16)
         wrapper = _wrapper(model, 'SGD', guarded=True)
         factor = _poisoned(model, 'cuda')
         for seed in seeds:
-            factor.fill_(NAN if seed == 2 else 1.0)
+            factor.fill_(NAN if seed == poisoned else 1.0)
             torch.cuda.manual_seed(100 + seed)  # (the same draws for the same batch)
-            model.train_step(_batch('cuda', (3, 5), seed=seed), wrapper)
+            log_vars = model.train_step(_batch('cuda', (3, 5), seed=seed), wrapper)
         assert model.step_graphs.failed is None and len(model.step_graphs) == 1
-        finals.append(model.state_dict())
-    # A step taken or a buffer not put back would move a tensor by about its whole update; the
-    # runs may differ otherwise only as much as two runs of the same batches do (times 10).
-    noise = _update_gaps(finals[2], finals[1], start)
-    gaps = _update_gaps(finals[0], finals[1], start)
-    far = {name: (f'{gap:.2e}', f'{noise[name]:.2e}') for name, gap in gaps.items()
-           if gap > max(1e-3, 10 * noise[name])}
-    assert not far, ('(skipped-batch run, run of the same batches again) relative to the '
-                     f'update: {far}')
+        return {name: float(value) for name, value in log_vars.items() if 'loss' in name}
+
+    skipped = last_losses([0, 1, 2, 3], poisoned=2)
+    without = last_losses([0, 1, 3], poisoned=None)
+    trained = last_losses([0, 1, 2, 3], poisoned=None)
+    assert skipped == pytest.approx(without, rel=1e-4, abs=1e-6)
+    assert trained != pytest.approx(without, rel=1e-3, abs=1e-6)  # (what a step not undone gives)
 
 
 @pytest.mark.cuda

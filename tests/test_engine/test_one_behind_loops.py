@@ -54,13 +54,14 @@ def test_a_batch_is_read_back_after_the_next_batch_is_launched():
 
 @pytest.mark.cuda
 def test_on_a_gpu_a_batch_is_read_without_waiting_for_the_next():
-    """Each step keeps the GPU busy for about 0.1 s: batch 0's cut and reads must end while
-    batch 1's step still runs (on the step's stream they would wait for it)."""
+    """Batches 1 and 2 keep the GPU busy for about 1 s each: the batch before each must be cut
+    and read while it still runs (on the step's stream the reads would wait for it). The long
+    steps leave room for a GPU shared with other processes, which slows the reads."""
     from mmdet.structures import DetDataSample
     ends, seen = {}, []
 
     def run_step(batch):
-        torch.cuda._sleep(200_000_000)  # (GPU clock cycles)
+        torch.cuda._sleep(2_000_000_000 if batch else 100_000_000)  # (GPU clock cycles)
         sample = DetDataSample()
         sample.pred_instances = InstanceData(scores=torch.ones(4, device='cuda'),
                                              valid=torch.arange(4, device='cuda') <= batch)
