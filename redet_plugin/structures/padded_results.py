@@ -75,21 +75,27 @@ class PendingOutputs:
 
     def __init__(self, samples: list):
         self.samples = samples
-        self.done = None
+        self.done = self.reader = None
         if torch.cuda.is_available() and torch.cuda.is_initialized():
+            # (made before the next step is launched: making a stream can wait for the work
+            # queued on the device)
+            self.reader = _reader(torch.cuda.current_device())
             self.done = torch.cuda.Event()
             self.done.record()
 
     def read(self, fn):
         if self.done is None:
             return fn(cut_sample_padding(self.samples))
-        device = torch.cuda.current_device()
-        if device not in _READERS:
-            _READERS[device] = torch.cuda.Stream()
-        reader = _READERS[device]
+        reader = self.reader
         reader.wait_event(self.done)
         with torch.cuda.stream(reader):
             result = fn(cut_sample_padding(self.samples))
         # (what fn queued is done before the step's stream reuses the samples' memory)
         torch.cuda.current_stream().wait_stream(reader)
         return result
+
+
+def _reader(device: int) -> torch.cuda.Stream:
+    if device not in _READERS:
+        _READERS[device] = torch.cuda.Stream()
+    return _READERS[device]
