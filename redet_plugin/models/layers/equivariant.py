@@ -233,12 +233,43 @@ def isolate_e2cnn_bases(model: nn.Module) -> nn.Module:
     return model
 
 
+# (in type, out type, kernel size, stride, padding, bias) -> a conv never handed out
+_PROTOTYPES = {}
+
+
 def _bare_r2conv(in_type, out_type, kernel_size, stride=1, padding=0, bias=False) -> enn.R2Conv:
-    # frequencies_cutoff = 3 r is the basis the published ReDet checkpoints were trained with;
-    # the same basis is needed for their coefficients to mean the same filters.
-    return CachedFilterR2Conv(in_type, out_type, kernel_size, stride=stride, padding=padding,
-                              bias=bias, sigma=None, frequencies_cutoff=lambda r: 3 * r,
-                              initialize=False)
+    """An uninitialised CachedFilterR2Conv: built once per layout in a process, then copied.
+
+    e2cnn's construction loops in Python over every pair of fields (most of the minute that
+    building ReResNet-50 took on a CPU), and a ResNet repeats its layouts block after block.
+    A copy has the same basis and no random draws were made for it (initialize=False), so a
+    model built from copies equals one built from scratch."""
+    key = (in_type, out_type, kernel_size, stride, padding, bias)
+    prototype = _PROTOTYPES.get(key)
+    if prototype is None:
+        # frequencies_cutoff = 3 r is the basis the published ReDet checkpoints were trained
+        # with; the same basis is needed for their coefficients to mean the same filters.
+        prototype = _PROTOTYPES[key] = CachedFilterR2Conv(
+            in_type, out_type, kernel_size, stride=stride, padding=padding, bias=bias,
+            sigma=None, frequencies_cutoff=lambda r: 3 * r, initialize=False)
+    return copy.deepcopy(prototype, _shared_objects(prototype, in_type, out_type))
+
+
+def _shared_objects(prototype: enn.R2Conv, in_type, out_type) -> dict:
+    """A deepcopy memo that keeps the group, its representations and the caller's field types
+    shared (e2cnn compares field types by their group and representations), and the basis
+    element names, which e2cnn never changes after construction (a dict and a list with an
+    entry per basis element: copying them took most of a copy's time)."""
+    gspace = in_type.gspace
+    group = gspace.fibergroup
+    expansion = prototype.basisexpansion
+    names = [getattr(expansion, name, None) for name in ("_ids_to_basis", "_basis_to_ids")]
+    shared = [gspace, group, *group.representations.values(), *group.irreps.values(),
+              *(n for n in names if n is not None)]
+    memo = {id(obj): obj for obj in shared}
+    memo[id(prototype.in_type)] = in_type
+    memo[id(prototype.out_type)] = out_type
+    return memo
 
 
 @torch.no_grad()
