@@ -1,6 +1,6 @@
 """Evaluate a checkpoint with the config's test set and metric (DOTA mAP, per-class table).
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out results.pkl]
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out results.pkl] [--amp]
                          [--show-dir DIR] [--score-thr 0.3] [--cfg-options ...] [--launcher pytorch]
 """
 import argparse
@@ -12,7 +12,8 @@ from mmengine.runner import Runner
 
 from redet_plugin.engine import ProgressBarHook
 from redet_plugin.engine.cli import (add_runner_args, check_data_folders, checked_checkpoint_load,
-                                     data_errors_in_one_line, fail, load_config, parse_runner_args)
+                                     data_errors_in_one_line, fail, gpu_available, load_config,
+                                     parse_runner_args)
 from redet_plugin.engine.cpu_distributed import end_distributed, setup_cpu_distributed
 
 
@@ -26,6 +27,8 @@ def parse_args(argv=None):
     parser.add_argument('--show-dir', help='write pictures of the rotated detections here')
     parser.add_argument('--score-thr', type=float, default=0.3,
                         help='lowest score drawn in the pictures')
+    parser.add_argument('--amp', action='store_true',
+                        help='test in mixed precision (float16 autocast); needs a GPU')
     add_runner_args(parser)
     return parse_runner_args(parser, argv)
 
@@ -36,6 +39,11 @@ def build_config(args) -> Config:
     if args.out and not args.out.endswith(('.pkl', '.pickle')):
         fail(f'--out: expected a .pkl file, got {args.out!r}')
     cfg = load_config(args)
+    if args.amp:
+        if not gpu_available():  # mmengine would only fail after building everything
+            fail('--amp needs a GPU (mixed precision runs on CUDA, NPU, MLU or MUSA devices); '
+                 'none is available')
+        cfg.test_cfg = dict(cfg.get('test_cfg') or dict(type='TestLoop'), fp16=True)
     cfg.load_from = args.checkpoint
     cfg.resume = False
     if args.show_dir:  # mmdet's hook, with the config's (rotated) visualizer

@@ -11,7 +11,8 @@ from mmengine.runner import Runner, find_latest_checkpoint
 
 from redet_plugin.engine.cli import (add_runner_args, check_classes, check_data_folders,
                                      checked_checkpoint_load, data_errors_in_one_line, fail,
-                                     load_config, parse_runner_args, training_stops_in_one_line)
+                                     gpu_available, load_config, parse_runner_args,
+                                     training_stops_in_one_line)
 from redet_plugin.engine.cpu_distributed import end_distributed, setup_cpu_distributed
 
 
@@ -69,14 +70,6 @@ def build_config(args) -> Config:
     if checkpoint_hook and checkpoint_hook.get('type') in ('CheckpointHook', 'mmengine.CheckpointHook'):
         checkpoint_hook.type = 'mmdet.RedetCheckpointHook'
     return cfg
-
-
-def gpu_available() -> bool:
-    """A device AmpOptimWrapper accepts."""
-    from mmengine.device import (is_cuda_available, is_mlu_available, is_musa_available,
-                                 is_npu_available)
-    return any(f() for f in (is_cuda_available, is_npu_available, is_mlu_available,
-                             is_musa_available))
 
 
 def main(argv=None):

@@ -142,3 +142,11 @@ def check_classes(model, dataset) -> None:
         check_model_classes(model, dataset.metainfo.get('classes') or ())
     except CheckpointMismatchError as error:
         fail(str(error))
+
+
+def gpu_available() -> bool:
+    """A device mmengine's mixed precision accepts (its AmpOptimWrapper, its loops' autocast)."""
+    from mmengine.device import (is_cuda_available, is_mlu_available, is_musa_available,
+                                 is_npu_available)
+    return any(f() for f in (is_cuda_available, is_npu_available, is_mlu_available,
+                             is_musa_available))

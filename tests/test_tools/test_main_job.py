@@ -149,6 +149,30 @@ def test_train_refuses_amp_without_a_gpu_before_building_anything(tmp_path, monk
     assert '--amp mixed precision (an AMP optim wrapper); needs a GPU' in ' '.join(capsys.readouterr().out.split())
 
 
+def test_test_amp_autocasts_the_test_loop_and_refuses_without_a_gpu(tmp_path, monkeypatch):
+    import tools.test as test_tool
+    checkpoint = tmp_path / 'any.pth'
+    checkpoint.write_bytes(b'')  # (the loop is configured before the checkpoint is read)
+    monkeypatch.setattr(test_tool, 'gpu_available', lambda: False)
+    with pytest.raises(SystemExit, match=r'^error: --amp needs a GPU .*none is available$'):
+        test_tool.build_config(test_tool.parse_args([TINY, str(checkpoint), '--amp']))
+    monkeypatch.setattr(test_tool, 'gpu_available', lambda: True)
+    cfg = test_tool.build_config(test_tool.parse_args([TINY, str(checkpoint), '--amp']))
+    assert cfg.test_cfg == dict(type='RedetTestLoop', fp16=True)
+    assert 'fp16' not in test_tool.build_config(test_tool.parse_args([TINY, str(checkpoint)])).test_cfg
+
+
+@pytest.mark.cuda
+def test_test_amp_gives_about_the_float32_map(demo_run, tmp_path):
+    from tools.test import main
+    _, work_dir, data_root = demo_run
+    args = [TINY, osp.join(work_dir, 'epoch_1.pth'), '--cfg-options',
+            *_tiny_options(data_root, ('test_dataloader',))]
+    fp32 = main([*args[:2], '--work-dir', str(tmp_path / 'fp32'), *args[2:]])
+    amp = main([*args[:2], '--work-dir', str(tmp_path / 'amp'), '--amp', *args[2:]])
+    assert amp['dota/mAP'] == pytest.approx(fp32['dota/mAP'], abs=0.02)
+
+
 def test_train_names_a_missing_load_from(tmp_path):
     from tools.train import main
     with pytest.raises(SystemExit, match=r"^error: load_from: checkpoint '.*nonexist\.pth' does not exist$"):
