@@ -37,6 +37,8 @@ class CudaGraphDetectorMixin:
     """Replays a two-stage detector's work as CUDA graphs where the options ask for it.
 
     Args:
+        cuda_graphs: False turns the three options below off, whatever they say (the one switch
+            for configs that turn them on: `--cfg-options model.cuda_graphs=False`).
         cuda_graph_features: replay backbone + neck as CUDA graphs on the GPU
             (cuda_graphs/feature_graphs.py: the same results, less host time per step): True,
             False (default), or a dict of FeatureGraphs arguments (max_graphs, warmup).
@@ -51,9 +53,13 @@ class CudaGraphDetectorMixin:
         Other arguments: the detector's.
     """
 
-    def __init__(self, *args, cuda_graph_features=False, cuda_graph_step=False,
+    def __init__(self, *args, cuda_graphs=True, cuda_graph_features=False, cuda_graph_step=False,
                  cuda_graph_predict=False, **kwargs):
         super().__init__(*args, **kwargs)
+        if not isinstance(cuda_graphs, bool):
+            raise TypeError(f'cuda_graphs: expected True or False; got {cuda_graphs!r}')
+        if not cuda_graphs:
+            cuda_graph_features = cuda_graph_step = cuda_graph_predict = False
         self.feature_graphs: Optional[FeatureGraphs] = _graphs_option(
             'cuda_graph_features', cuda_graph_features, FeatureGraphs, 'max_graphs, warmup')
         self.step_graphs: Optional[StepGraphs] = _graphs_option(

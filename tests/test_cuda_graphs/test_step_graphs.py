@@ -105,6 +105,20 @@ def test_option_builds_step_graphs_or_refuses_clearly():
         StepGraphs(min_gt_capacity=0)
 
 
+def test_one_switch_turns_every_graph_option_off():
+    from mmdet.registry import MODELS
+    from mmdet.utils import register_all_modules
+    from tests._helpers import tiny_model_cfg
+    register_all_modules(init_default_scope=True)
+    every = dict(cuda_graph_features=True, cuda_graph_step=True, cuda_graph_predict=True)
+    model = MODELS.build(tiny_model_cfg() | every | dict(cuda_graphs=False))
+    assert (model.feature_graphs, model.step_graphs, model.predict_graphs) == (None, None, None)
+    model = MODELS.build(tiny_model_cfg() | every)
+    assert None not in (model.feature_graphs, model.step_graphs, model.predict_graphs)
+    with pytest.raises(TypeError, match="cuda_graphs: expected True or False; got 'no'"):
+        MODELS.build(tiny_model_cfg() | dict(cuda_graphs='no'))
+
+
 class _OtherWrapper(OptimWrapper):
     pass
 
