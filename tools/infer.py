@@ -3,7 +3,7 @@
     python tools/infer.py INPUTS... CONFIG CHECKPOINT --out-dir DIR [--patch-size 1024]
         [--patch-overlap 200] [--scales 1.0 ...] [--score-thr 0.05] [--merge-iou-thr 0.1]
         [--batch-size N] [--device cuda|cpu] [--dota-submission] [--vis-max-size 2048]
-        [--vis-score-thr 0.3] [--no-vis]
+        [--vis-score-thr 0.3] [--no-vis] [--equivariant]
 
 INPUTS are images, folders (their images) or globs. Writes DIR/preds/<name>.txt (DOTA format:
 `x1 y1 ... x4 y4 class score`, the image's pixels) and DIR/vis/<name>.jpg; --dota-submission
@@ -43,6 +43,9 @@ def parse_args(argv=None):
     parser.add_argument('--vis-max-size', type=int, default=2048, help='longest side of the pictures')
     parser.add_argument('--vis-score-thr', type=float, default=0.3, help='lowest score drawn')
     parser.add_argument('--no-vis', action='store_true', help='write no pictures')
+    parser.add_argument('--equivariant', action='store_true',
+                        help="keep e2cnn's modules (by default the backbone and neck run as plain "
+                        'convolutions with folded batch norms: the same detections, faster)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config entries, e.g. model.test_cfg.rcnn.max_per_img=500')
     return parser.parse_args(argv)
@@ -83,7 +86,8 @@ def main(argv=None):
         detector = RotatedDetector(args.config, args.checkpoint, device=args.device,
                                    patch_size=args.patch_size, patch_overlap=args.patch_overlap,
                                    scales=args.scales, batch_size=args.batch_size, score_thr=args.score_thr,
-                                   merge_iou_thr=args.merge_iou_thr, cfg_options=args.cfg_options)
+                                   merge_iou_thr=args.merge_iou_thr, cfg_options=args.cfg_options,
+                                   plain=not args.equivariant)
     except CheckpointMismatchError as error:
         fail(str(error))
     except ValueError as error:  # an argument out of range, no config file

@@ -1,6 +1,6 @@
 """Evaluate a checkpoint with the config's test set and metric (DOTA mAP, per-class table).
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out results.pkl] [--amp]
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out results.pkl] [--amp] [--equivariant]
                          [--show-dir DIR] [--score-thr 0.3] [--cfg-options ...] [--launcher pytorch]
 """
 import argparse
@@ -10,7 +10,7 @@ import os.path as osp
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-from redet_plugin.engine import ProgressBarHook
+from redet_plugin.engine import PlainTestHook, ProgressBarHook
 from redet_plugin.engine.cli import (add_runner_args, check_data_folders, checked_checkpoint_load,
                                      data_errors_in_one_line, fail, gpu_available, load_config,
                                      parse_runner_args)
@@ -29,6 +29,10 @@ def parse_args(argv=None):
                         help='lowest score drawn in the pictures')
     parser.add_argument('--amp', action='store_true',
                         help='test in mixed precision (float16 autocast); needs a GPU')
+    parser.add_argument('--equivariant', action='store_true',
+                        help="keep e2cnn's modules at test time (by default the backbone and neck "
+                        'run as plain convolutions with folded batch norms: the same detections, '
+                        'faster)')
     add_runner_args(parser)
     return parse_runner_args(parser, argv)
 
@@ -61,6 +65,8 @@ def main(argv=None):
     with data_errors_in_one_line():
         classes = runner.test_dataloader.dataset.metainfo.get('classes') or ()
         runner.register_hook(ProgressBarHook(), priority='VERY_LOW')
+        if not args.equivariant:
+            runner.register_hook(PlainTestHook())
         from redet_plugin.engine import BadImagesHook
         runner.register_hook(BadImagesHook())  # lists the images on_bad_image='skip' left out
         if args.out:

@@ -9,12 +9,13 @@ from .one_behind_loops import OneBatchBehind, TestLoop, ValLoop
 from .nonfinite_steps_hook import NonFiniteStepsError, NonFiniteStepsHook
 from .optim_wrapper import AmpOptimWrapper, OptimWrapper
 from .peak_memory_hook import PeakMemoryHook, read_peaks
+from .plain_test_hook import PlainTestHook
 from .progress_bar_hook import ProgressBarHook
 from .resumable_loops import (EpochBasedTrainLoop, IterBasedTrainLoop, ResumableBatchSampler,
                               TrainStateHook, resumable_train_cfg)
 from .runtime_info_hook import RuntimeInfoHook
 
 __all__ = ['AmpOptimWrapper', 'AtomicLocalBackend', 'BadImagesHook', 'CheckpointCheckHook', 'CheckpointHook', 'EpochBasedTrainLoop', 'IterBasedTrainLoop',
-           'NonFiniteStepsError', 'NonFiniteStepsHook', 'OneBatchBehind', 'OptimWrapper', 'PeakMemoryHook', 'ProgressBarHook', 'ResumableBatchSampler', 'RuntimeInfoHook', 'TestLoop',
+           'NonFiniteStepsError', 'NonFiniteStepsHook', 'OneBatchBehind', 'OptimWrapper', 'PeakMemoryHook', 'PlainTestHook', 'ProgressBarHook', 'ResumableBatchSampler', 'RuntimeInfoHook', 'TestLoop',
            'TrainStateHook', 'ValLoop', 'atomic_write', 'defer_scalar', 'read_peaks', 'remove_partial_writes',
            'resumable_train_cfg']

@@ -19,6 +19,7 @@ from ..structures.padded_results import PendingOutputs, keep_padding
 from ..utils.checkpoint_check import CheckpointMismatchError, check_model_classes, load_checked_checkpoint
 from .image_source import ImageSource
 from .patch_inference import Detections, check_patch_args, detect_by_patches
+from .plain_model import make_plain
 
 
 @dataclass
@@ -61,6 +62,9 @@ class RotatedDetector:
         batch_size: patches per forward pass.
         score_thr: detections scoring lower are dropped.
         merge_iou_thr: IoU of the class-wise rotated NMS that merges the patches' detections.
+        plain: run the backbone and neck as plain convolutions with folded batch norms
+            (inference/plain_model.py: the same detections up to float rounding, faster);
+            False keeps e2cnn's modules.
     A checkpoint trained on other classes than the config's, or of another model, raises
     CheckpointMismatchError (one line naming the file).
     """
@@ -68,13 +72,15 @@ class RotatedDetector:
     def __init__(self, config, checkpoint: Optional[str] = None, device: Optional[str] = None,
                  patch_size: int = 1024, patch_overlap: int = 200, scales: Sequence[float] = (1.0,),
                  batch_size: int = 1, score_thr: float = 0.05, merge_iou_thr: float = 0.1,
-                 cfg_options: Optional[dict] = None) -> None:
+                 cfg_options: Optional[dict] = None, plain: bool = True) -> None:
         scales = tuple(float(s) for s in scales)
         check_patch_args(patch_size, patch_overlap, scales, batch_size, score_thr, merge_iou_thr)
         self.patch_size, self.patch_overlap, self.scales = int(patch_size), int(patch_overlap), scales
         self.batch_size, self.score_thr, self.merge_iou_thr = int(batch_size), score_thr, merge_iou_thr
         self.device = torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
         self.model, self.classes, self.palette = _build_model(config, checkpoint, self.device, cfg_options)
+        if plain:
+            make_plain(self.model)
 
     def predict(self, image: Union[str, np.ndarray, ImageSource], name: Optional[str] = None,
                 progress=None) -> DetectionResult:

@@ -162,6 +162,23 @@ def test_test_amp_autocasts_the_test_loop_and_refuses_without_a_gpu(tmp_path, mo
     assert 'fp16' not in test_tool.build_config(test_tool.parse_args([TINY, str(checkpoint)])).test_cfg
 
 
+def test_test_runs_plain_convolutions_unless_told_equivariant(demo_run, tmp_path):
+    import glob
+    from tools.test import main
+    _, work_dir, data_root = demo_run
+    options = ['--cfg-options', *_tiny_options(data_root, ('test_dataloader',))]
+    checkpoint = osp.join(work_dir, 'epoch_1.pth')
+    maps, logs = {}, {}
+    for how, extra in (('plain', []), ('equivariant', ['--equivariant'])):
+        out = str(tmp_path / how)
+        maps[how] = main([TINY, checkpoint, '--work-dir', out, *extra, *options])['dota/mAP']
+        log_file, = glob.glob(osp.join(out, '*', '*.log'))
+        logs[how] = open(log_file).read()
+    assert '2 equivariant network(s) run as plain convolutions' in logs['plain']
+    assert 'plain convolutions' not in logs['equivariant']
+    assert maps['plain'] == pytest.approx(maps['equivariant'], abs=0.002)
+
+
 @pytest.mark.cuda
 def test_test_amp_gives_about_the_float32_map(demo_run, tmp_path):
     from tools.test import main
