@@ -47,3 +47,23 @@ def test_kept_in_a_bounded_cache_unless_capturing(monkeypatch):
     assert list(cache) == ["b", "c"]
     monkeypatch.setattr(device_constants, "is_capturing", lambda device: True)
     assert kept_in(cache, "d", 2, make(4.0), "cpu").tolist() == [4.0] and list(cache) == ["b", "c"]
+
+
+def test_constants_made_while_exporting_are_not_kept():
+    """torch.export traces with stand-in (fake) tensors: kept, they would reach later eager steps."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from redet_plugin.models.utils import constant, full, kept_in
+    values = (2.5, -3.25, 7.125)  # (values no other test keeps)
+    cache = {}
+
+    class Scaled(torch.nn.Module):
+        def forward(self, x):
+            made = kept_in(cache, 'key', 4, lambda: x.new_ones(3), x.device)
+            return x * constant(values, x.dtype, x.device) + full(3, 0.75, x.dtype, x.device) + made
+
+    torch.export.export(Scaled(), (torch.ones(3),), strict=False)
+    assert cache == {}
+    for kept in (constant(values, torch.float32, 'cpu'), full(3, 0.75, torch.float32, 'cpu')):
+        assert not isinstance(kept, FakeTensor)
+    torch.testing.assert_close(Scaled()(torch.ones(3)), torch.tensor([4.25, -1.5, 8.875]))

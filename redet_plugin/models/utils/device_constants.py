@@ -4,7 +4,8 @@ A tensor made from Python numbers in every step costs a fill kernel per number, 
 host memory (which waits for the GPU and cannot be captured in a CUDA graph). A kept one costs
 nothing after the first step. It is kept only when made outside a CUDA graph capture: a tensor
 made while a graph is being captured holds its values only once that graph has run, and another
-graph may read it before.
+graph may read it before. Nor is it kept while torch.export or torch.compile traces: the
+tensors made then are the tracer's stand-ins, which a later eager step must not get.
 """
 import functools
 from typing import Sequence
@@ -20,10 +21,16 @@ def is_capturing(device: torch.device) -> bool:
     return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
+def _made_fresh(device: torch.device) -> bool:
+    """Whether a constant made now must not be kept (see the module's docstring)."""
+    return (is_capturing(device) or torch.compiler.is_exporting()
+            or torch.compiler.is_compiling())
+
+
 def constant(values: Sequence[float], dtype: torch.dtype, device) -> Tensor:
     """A (len(values),) tensor of `values`, not to be written to."""
     values, device = tuple(values), torch.device(device)
-    if is_capturing(device):
+    if _made_fresh(device):
         return _filled(values, dtype, device)
     return _kept(values, dtype, device)
 
@@ -31,7 +38,7 @@ def constant(values: Sequence[float], dtype: torch.dtype, device) -> Tensor:
 def full(size: int, value: float, dtype: torch.dtype, device) -> Tensor:
     """constant((value,) * size, ...), keyed by (size, value): for long ones."""
     device = torch.device(device)
-    if is_capturing(device):
+    if _made_fresh(device):
         return torch.full((size,), value, dtype=dtype, device=device)
     return _kept_full(size, value, dtype, device)
 
@@ -42,7 +49,7 @@ def kept_in(cache: dict, key, max_size: int, make, device):
     value = cache.get(key)
     if value is None:
         value = make()
-        if not is_capturing(device):
+        if not _made_fresh(device):
             if len(cache) >= max_size:
                 cache.pop(next(iter(cache)))
             cache[key] = value

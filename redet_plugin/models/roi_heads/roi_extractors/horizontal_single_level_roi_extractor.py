@@ -40,7 +40,9 @@ class HorizontalSingleRoIExtractor(SingleRoIExtractor):
     def forward(self, feats: Tuple[Tensor], rois: Tensor,
                 roi_scale_factor: Optional[float] = None) -> Tensor:
         feats = tuple(readable_by(self.roi_layers[0], feat) for feat in feats)
-        if rois.device.type == 'cpu':
+        # (an exported program takes the fixed-size way on the CPU too: the listing's shapes
+        # depend on the data, which torch.export cannot trace)
+        if rois.device.type == 'cpu' and not torch.compiler.is_exporting():
             return super().forward(feats, rois, roi_scale_factor)
         with unchecked_rois():
             return self._pool(feats, rois.type_as(feats[0]), roi_scale_factor)

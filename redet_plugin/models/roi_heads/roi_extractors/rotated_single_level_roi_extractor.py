@@ -121,7 +121,9 @@ class RotatedSingleRoIExtractor(BaseRoIExtractor):
         out = feats[0].new_zeros(rois.size(0), self.out_channels, *pooled_size(self.roi_layers[0]))
         for i, (feat, layer) in enumerate(zip(feats, self.roi_layers)):
             inds = torch.nonzero(levels == i).squeeze(1)
-            if inds.numel() > 0:
+            # (torch.export cannot branch on the count, which depends on the data: an exported
+            # program pools and writes every level, the empty ones included)
+            if torch.compiler.is_exporting() or inds.numel() > 0:
                 out[inds] = layer(readable_by(layer, feat), rois[inds])
             else:
                 # An unused level must stay in the graph: DDP expects the same set of gradients on

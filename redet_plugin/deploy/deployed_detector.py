@@ -1,0 +1,115 @@
+"""DeployedDetector: an exported ReDet package run on images, with torch and redet_plugin.ops.
+
+The package's forward takes one (H, W, 3) uint8 BGR image of its input size and returns
+max_detections fixed-size rows (valid ones first) and their count; this class pads smaller
+images, refuses larger ones, and cuts the rows to the count.
+"""
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import redet_plugin.ops  # noqa: F401  (registers the custom ops the package calls, before loading)
+
+from .compatibility import check_versions, run_device
+from .package_format import read_metadata
+from .polygons import rbox_corners
+
+
+@dataclass
+class DeployedDetections:
+    """The detections of one image, in its pixels, highest score first (CPU tensors).
+
+    boxes (K, 5) float32 (cx, cy, w, h, theta radians, le90); scores (K,) float32; labels (K,)
+    int64 indices into `classes`.
+    """
+    boxes: Tensor
+    scores: Tensor
+    labels: Tensor
+    classes: Tuple[str, ...]
+
+    def __len__(self) -> int:
+        return int(self.scores.numel())
+
+    @property
+    def class_names(self) -> List[str]:
+        return [self.classes[int(label)] for label in self.labels]
+
+    @property
+    def polygons(self) -> Tensor:
+        """(K, 8) corners x1 y1 ... x4 y4 (DOTA's order)."""
+        return rbox_corners(self.boxes)
+
+
+class DeployedDetector:
+    """A loaded package (use `load`). Call it with an (H, W, 3) uint8 BGR image (numpy array, as
+    cv2.imread gives, or tensor) no larger than `input_size`."""
+
+    def __init__(self, forward, meta: dict, device: torch.device, path: str):
+        self._forward = forward
+        self.meta = meta
+        self.device = device
+        self.path = path
+        self.classes = tuple(meta['classes'])
+        self.input_size = (int(meta['input_size'][0]), int(meta['input_size'][1]))
+        self.kind = meta['kind']
+        self.max_detections = int(meta['max_detections'])
+
+    def __repr__(self) -> str:
+        return (f'DeployedDetector({self.path!r}, kind={self.kind}, device={self.device}, '
+                f'input_size={self.input_size}, classes={len(self.classes)})')
+
+    @torch.inference_mode()
+    def __call__(self, image) -> DeployedDetections:
+        pixels = self._padded(_as_image_tensor(image)).to(self.device)
+        boxes, scores, labels, count = self._forward(pixels)
+        count = int(count)
+        return DeployedDetections(boxes[:count].float().cpu(), scores[:count].float().cpu(),
+                                  labels[:count].long().cpu(), self.classes)
+
+    def _padded(self, pixels: Tensor) -> Tensor:
+        height, width = pixels.shape[:2]
+        size_h, size_w = self.input_size
+        if height > size_h or width > size_w:
+            raise ValueError(f'image: {height}x{width} (HxW) is larger than the package\'s input '
+                             f'size {size_h}x{size_w}; cut it into patches or export the model '
+                             f'with --image-size {height} {width}')
+        if (height, width) != (size_h, size_w):  # bottom and right: boxes keep their pixels
+            pixels = F.pad(pixels.permute(2, 0, 1), (0, size_w - width, 0, size_h - height))
+            pixels = pixels.permute(1, 2, 0)
+        return pixels.contiguous()
+
+
+def load(path: str, device: Optional[str] = None) -> DeployedDetector:
+    """The package at `path` (tools/export.py), ready to run on `device` (default: the one it
+    was exported for). A file that is no package, or one made by another torch or redet_plugin
+    version or for another kind of device, raises an error of one line naming both."""
+    path = str(path)
+    meta = read_metadata(path)
+    check_versions(meta, path)
+    chosen = run_device(meta, device, path)
+    if meta['kind'] == 'compiled':
+        from torch import _inductor  # (loaded on first use: a program package does not need it)
+        forward = _inductor.aoti_load_package(
+            path, device_index=chosen.index if chosen.type == 'cuda' else -1)
+    elif meta['kind'] == 'program':
+        forward = torch.export.load(path).module()
+    else:
+        raise ValueError(f'package {path!r}: unknown kind {meta["kind"]!r} (expected program '
+                         f'or compiled)')
+    return DeployedDetector(forward, meta, chosen, path)
+
+
+def _as_image_tensor(image) -> Tensor:
+    """An (H, W, 3) uint8 tensor from a numpy array or a tensor."""
+    if type(image).__module__ == 'numpy':
+        image = torch.from_numpy(image)
+    if not isinstance(image, Tensor):
+        raise TypeError(f'image: expected an (H, W, 3) uint8 numpy array or tensor, got '
+                        f'{type(image).__name__}')
+    if image.dim() != 3 or image.shape[2] != 3 or image.dtype != torch.uint8:
+        raise ValueError(f'image: expected (H, W, 3) uint8 BGR pixels, got shape '
+                         f'{tuple(image.shape)} and dtype {image.dtype}')
+    return image

@@ -1,0 +1,42 @@
+"""The AOTInductor-compiled package gives the model's own detections (slow: it compiles C++;
+deselect with -m 'not slow')."""
+import pytest
+
+from redet_plugin.deploy import load
+from tests._helpers import full_fp32
+
+from ._reference import assert_same_detections, model_detections, reference_model
+from .conftest import CLASSES, CONFIG, IMAGE_SIZE
+
+pytestmark = pytest.mark.slow
+
+
+def test_compiled_package_gives_the_models_detections(compiled_package, tiny_checkpoint, images):
+    model = reference_model(CONFIG, tiny_checkpoint)
+    detector = load(compiled_package)
+    assert detector.kind == 'compiled' and detector.classes == CLASSES
+    assert detector.input_size == IMAGE_SIZE
+    for image in images:
+        found = detector(image)
+        assert_same_detections((found.boxes, found.scores, found.labels),
+                               model_detections(model, image))
+
+
+def test_compiled_package_refuses_another_device(compiled_package):
+    with pytest.raises(ValueError, match=r"^device: package '.*' was exported for cpu, not cuda"):
+        load(compiled_package, device='cuda')
+
+
+@pytest.mark.cuda
+def test_cuda_compiled_package_gives_the_models_detections(tiny_checkpoint, images, tmp_path):
+    from redet_plugin.inference.export import export_detector
+    path = export_detector(CONFIG, tiny_checkpoint, str(tmp_path / 'cuda.pt2'),
+                           image_size=IMAGE_SIZE, device='cuda', compile=True)
+    model = reference_model(CONFIG, tiny_checkpoint)
+    detector = load(path)
+    assert detector.device.type == 'cuda'
+    for image in images:
+        with full_fp32():
+            found = detector(image)
+        assert_same_detections((found.boxes, found.scores, found.labels),
+                               model_detections(model, image))
