@@ -1,11 +1,13 @@
 """Detect rotated objects in new images of any size (patches for large ones); docs/inference.md.
 
     python tools/infer.py INPUTS... CONFIG CHECKPOINT --out-dir DIR [--patch-size 1024]
+    python tools/infer.py INPUTS... --model model.pt2 --out-dir DIR [the same options]
         [--patch-overlap 200] [--scales 1.0 ...] [--score-thr 0.05] [--merge-iou-thr 0.1]
         [--batch-size N] [--device cuda|cpu] [--dota-submission] [--vis-max-size 2048]
         [--vis-score-thr 0.3] [--no-vis] [--equivariant]
 
-INPUTS are images, folders (their images) or globs. Writes DIR/preds/<name>.txt (DOTA format:
+INPUTS are images, folders (their images) or globs. --model runs a package that tools/export.py
+wrote (redet_plugin.deploy) instead of a config and checkpoint. Writes DIR/preds/<name>.txt (DOTA format:
 `x1 y1 ... x4 y4 class score`, the image's pixels) and DIR/vis/<name>.jpg; --dota-submission
 writes DIR/Task1_<class>.txt instead of DIR/preds. An image that fails is named on one line; the
 others still run, and the failures are listed at the end (exit status 1).
@@ -25,9 +27,11 @@ IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.tif', '.tiff', '.bmp', '.ppm', '.pg
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Detect rotated objects in images of any size')
-    parser.add_argument('inputs', nargs='+', help='images, folders or globs (quote globs)')
-    parser.add_argument('config', help='config file of the model')
-    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('inputs', nargs='+', metavar='INPUTS... CONFIG CHECKPOINT',
+                        help='images, folders or globs (quote globs), then the config file and '
+                        'the checkpoint of the model (without --model)')
+    parser.add_argument('--model', help='an exported package (tools/export.py) to run instead of '
+                        'a config and checkpoint')
     parser.add_argument('--out-dir', required=True, help='folder for preds/, vis/ (or Task1 files)')
     parser.add_argument('--patch-size', type=int, default=1024, help='side of the square patches')
     parser.add_argument('--patch-overlap', type=int, default=200, help='pixels shared by neighbouring patches')
@@ -48,7 +52,16 @@ def parse_args(argv=None):
                         'convolutions with folded batch norms: the same detections, faster)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config entries, e.g. model.test_cfg.rcnn.max_per_img=500')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.config = args.checkpoint = None
+    if args.model is None:
+        if len(args.inputs) < 3:
+            parser.error('expected INPUTS... CONFIG CHECKPOINT (or INPUTS... --model PACKAGE)')
+        args.inputs, (args.config, args.checkpoint) = args.inputs[:-2], args.inputs[-2:]
+    elif args.cfg_options or args.equivariant:
+        parser.error('--cfg-options and --equivariant apply to a config, not to --model (the '
+                     'export fixed them)')
+    return args
 
 
 def expand_inputs(inputs):
@@ -75,23 +88,29 @@ def main(argv=None):
     from tqdm import tqdm
 
     from redet_plugin.evaluation.task1_files import Task1Writer
+    from redet_plugin.deploy import PackageMismatchError
     from redet_plugin.inference import CheckpointMismatchError, ImageReadError, ImageSource, RotatedDetector
     from redet_plugin.inference.outputs import render_detections, write_dota_predictions
 
-    if not osp.isfile(args.checkpoint):
+    if args.checkpoint is not None and not osp.isfile(args.checkpoint):
         fail(f'checkpoint {args.checkpoint!r} does not exist')
     if args.vis_max_size < 1:
         fail(f'--vis-max-size must be positive, got {args.vis_max_size}')
+    patching = dict(patch_size=args.patch_size, patch_overlap=args.patch_overlap, scales=args.scales,
+                    batch_size=args.batch_size, score_thr=args.score_thr,
+                    merge_iou_thr=args.merge_iou_thr)
     try:
-        detector = RotatedDetector(args.config, args.checkpoint, device=args.device,
-                                   patch_size=args.patch_size, patch_overlap=args.patch_overlap,
-                                   scales=args.scales, batch_size=args.batch_size, score_thr=args.score_thr,
-                                   merge_iou_thr=args.merge_iou_thr, cfg_options=args.cfg_options,
-                                   plain=not args.equivariant)
+        if args.model is not None:
+            from redet_plugin.inference.package_detector import PackageDetector
+            detector = PackageDetector(args.model, device=args.device, **patching)
+        else:
+            detector = RotatedDetector(args.config, args.checkpoint, device=args.device,
+                                       cfg_options=args.cfg_options, plain=not args.equivariant,
+                                       **patching)
     except CheckpointMismatchError as error:
         fail(str(error))
-    except ValueError as error:  # an argument out of range, no config file
-        fail(str(error))
+    except (ValueError, PackageMismatchError) as error:  # an argument out of range, no config
+        fail(str(error))                                 # file, a package of another version
 
     paths, failures = expand_inputs(args.inputs)
     preds_dir, vis_dir = osp.join(args.out_dir, 'preds'), osp.join(args.out_dir, 'vis')

@@ -73,14 +73,17 @@ class RotatedDetector:
                  patch_size: int = 1024, patch_overlap: int = 200, scales: Sequence[float] = (1.0,),
                  batch_size: int = 1, score_thr: float = 0.05, merge_iou_thr: float = 0.1,
                  cfg_options: Optional[dict] = None, plain: bool = True) -> None:
-        scales = tuple(float(s) for s in scales)
-        check_patch_args(patch_size, patch_overlap, scales, batch_size, score_thr, merge_iou_thr)
-        self.patch_size, self.patch_overlap, self.scales = int(patch_size), int(patch_overlap), scales
-        self.batch_size, self.score_thr, self.merge_iou_thr = int(batch_size), score_thr, merge_iou_thr
+        self._set_patching(patch_size, patch_overlap, scales, batch_size, score_thr, merge_iou_thr)
         self.device = torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
         self.model, self.classes, self.palette = _build_model(config, checkpoint, self.device, cfg_options)
         if plain:
             make_plain(self.model)
+
+    def _set_patching(self, patch_size, patch_overlap, scales, batch_size, score_thr, merge_iou_thr):
+        scales = tuple(float(s) for s in scales)
+        check_patch_args(patch_size, patch_overlap, scales, batch_size, score_thr, merge_iou_thr)
+        self.patch_size, self.patch_overlap, self.scales = int(patch_size), int(patch_overlap), scales
+        self.batch_size, self.score_thr, self.merge_iou_thr = int(batch_size), score_thr, merge_iou_thr
 
     def predict(self, image: Union[str, np.ndarray, ImageSource], name: Optional[str] = None,
                 progress=None) -> DetectionResult:
