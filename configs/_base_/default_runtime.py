@@ -21,6 +21,12 @@ default_hooks = dict(
     # (redet_plugin/engine/nonfinite_steps_hook.py, docs/failures.md)
     nonfinite_steps=dict(type='RedetNonFiniteStepsHook', max_consecutive_nonfinite=20))
 
+# on several GPUs (tools/dist_train.sh): mmengine's DDP wrapper, with the model's captured training
+# step (cuda_graph_step) and its gradient all-reduce in one CUDA graph
+# (redet_plugin/engine/distributed_data_parallel.py); mmengine's defaults otherwise
+model_wrapper_cfg = dict(type='RedetDistributedDataParallel', broadcast_buffers=False,
+                         find_unused_parameters=False)
+
 env_cfg = dict(
     cudnn_benchmark=False,
     mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),

@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 
 from ..structures.padded_results import cut_unless_kept
+from .distributed_step import DistributedStep
 from .feature_graphs import FeatureGraphs
 from .predict_graphs import PredictGraphs
 from .step_graphs import StepGraphs
@@ -86,16 +87,24 @@ class CudaGraphDetectorMixin:
         on and a graph can serve the batch."""
         if self.step_graphs is None:
             return super().train_step(data, optim_wrapper)
+        return self.graph_train_step(data, optim_wrapper)
+
+    def graph_train_step(self, data, optim_wrapper, wrapper=None,
+                         distributed: Optional[DistributedStep] = None) -> dict:
+        """train_step with cuda_graph_step on; through `wrapper` (a DDP wrapper of this model,
+        engine/distributed_data_parallel.py), the eager step runs that wrapper's forward and
+        the captured one averages the gradients over `distributed`'s processes."""
+        outer = self if wrapper is None else wrapper
         self._in_train_step = True
         try:
-            with optim_wrapper.optim_context(self):
+            with optim_wrapper.optim_context(outer):
                 data = self.data_preprocessor(data, True)
             log_vars = self.step_graphs.train_step(self, data['inputs'], data['data_samples'],
-                                                   optim_wrapper)
+                                                   optim_wrapper, distributed)
             if log_vars is not None:
                 return log_vars
-            with optim_wrapper.optim_context(self):
-                losses = self(**data, mode='loss')
+            with optim_wrapper.optim_context(outer):
+                losses = outer(**data, mode='loss')
             parsed_losses, log_vars = self.parse_losses(losses)
             optim_wrapper.update_params(parsed_losses)
             # detached: a kept log value would keep this step's autograd graph alive, and with
@@ -108,9 +117,10 @@ class CudaGraphDetectorMixin:
     def forward(self, inputs: torch.Tensor, data_samples=None, mode: str = 'tensor'):
         if mode == 'loss' and self.step_graphs is not None and not self._in_train_step:
             # e.g. mmengine's DDP wrapper, whose train_step calls the model's forward
-            self.step_graphs.say('eager: the model is trained through a wrapper (e.g. '
-                                 'distributed data parallel) that does not call '
-                                 f'{type(self).__name__}.train_step')
+            self.step_graphs.say('eager: the model is trained through a wrapper that calls '
+                                 f'neither {type(self).__name__}.train_step nor '
+                                 'graph_train_step (for several GPUs: '
+                                 'model_wrapper_cfg=dict(type=\'RedetDistributedDataParallel\'))')
         return super().forward(inputs, data_samples, mode)
 
     def extract_feat(self, batch_inputs: torch.Tensor) -> tuple:

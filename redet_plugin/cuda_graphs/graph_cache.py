@@ -10,7 +10,11 @@ from mmengine.logging import print_log
 
 from .capture import failure_reason
 
-__all__ = ["GraphCache"]
+__all__ = ["CAPTURE", "EAGER", "REPLAY", "GraphCache"]
+
+# what a call of graph_for does; ordered so that the least of several processes' actions is the
+# one they all can take together
+EAGER, CAPTURE, REPLAY = 0, 1, 2
 
 
 class GraphCache:
@@ -59,26 +63,46 @@ class GraphCache:
 
     def graph_for(self, key, storage: tuple, read_storage: Callable[[], tuple], warmup: int,
                   layouts: str, what: str, make: Callable,
-                  on_failure: Callable = lambda: None, warmup_key=None):
+                  on_failure: Callable = lambda: None, warmup_key=None,
+                  agree: Optional[Callable[[int], int]] = None):
         """The graph for `key`, or None: run eagerly. `storage` lists the tensors a graph reads
         in place (one replaced since the capture: captured again); the first `warmup` calls of
         a `warmup_key` (default: `key`) run eagerly, the next one captures (read_storage() is
         taken after the capture, which may have built lazy state); past max_graphs keys, eager
         with one line. Keys that share a warm-up key share its warm-up: the eager steps of a
-        new key only grow the eager cache beside the graphs' pool."""
+        new key only grow the eager cache beside the graphs' pool.
+
+        agree: for graphs that hold collectives (several processes, one key for all of them):
+        takes this process's action (EAGER, CAPTURE, REPLAY) and gives the least of all the
+        processes' actions. NCCL requires a captured collective to be captured by all the
+        processes at once and replayed by all from that same capture: so where one process
+        runs eagerly all do, where one captures all capture, and where a capture failed in
+        any process none keeps its graph."""
         entry = self._graphs.get(key)
         if entry is not None and entry[0] == storage:
-            return entry[1]
-        if entry is None and len(self._graphs) >= self.max_graphs:
+            action = REPLAY
+        elif entry is None and len(self._graphs) >= self.max_graphs:
             self.say(f"eager: more than max_graphs={self.max_graphs} {layouts}; raise "
                      "max_graphs to capture more")
+            action = EAGER
+        else:
+            warmup_key = key if warmup_key is None else warmup_key
+            runs = self._eager_runs.get(warmup_key, 0)
+            action = CAPTURE if runs >= warmup else EAGER
+            if action == EAGER:
+                self._eager_runs[warmup_key] = runs + 1
+        if agree is not None:
+            action = agree(action)
+        if action == EAGER:
             return None
-        warmup_key = key if warmup_key is None else warmup_key
-        runs = self._eager_runs.get(warmup_key, 0)
-        if runs < warmup:
-            self._eager_runs[warmup_key] = runs + 1
-            return None
+        if action == REPLAY:
+            return entry[1]
         graph = self.capture(key, what, make, on_failure)
+        if agree is not None and agree(EAGER if graph is None else REPLAY) == EAGER:
+            if graph is not None:
+                self.failed = "a capture failed in another process"
+                self.say(f"eager: {self.failed}")
+            return None
         if graph is not None:
             self._graphs[key] = (read_storage(), graph)
         return graph

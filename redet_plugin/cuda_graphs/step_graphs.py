@@ -44,6 +44,11 @@ accumulation, an optimizer other than SGD, Adam and AdamW, SyncBatchNorm, inputs
 more layouts than `max_graphs`, or a capture that failed (e.g. a hook that reads a value): then
 the error's first line is given and eager steps are used from then on.
 
+Several processes (RedetDistributedDataParallel hands each process's step here with a
+DistributedStep, cuda_graphs/distributed_step.py): the graph averages the gradients with one
+NCCL all-reduce after the backward, and the processes agree before each step on the gt capacity
+and on capturing, replaying or running eagerly, all of them alike.
+
 Parameters, buffers and optimizer state are read and written in place; one that is replaced
 (`.to()`, a loaded optimizer state) makes its graph be captured again.
 """
@@ -58,7 +63,8 @@ from ..structures.gt_padding import pad_gt_instances
 from ..utils.deferred_scalars import defer_scalar
 from .capturable_wrappers import unsupported_wrapper
 from .capture import capture_graph
-from .graph_cache import GraphCache
+from .distributed_step import DistributedStep
+from .graph_cache import EAGER, GraphCache
 from .module_walk import ModuleWalk
 from .optim_internals import (accumulative_counts, count_backward, scale_update_param,
                               set_takes_scaler_tensors, takes_scaler_tensors)
@@ -80,22 +86,29 @@ def gt_capacity(counts, minimum: int) -> int:
     return 1 << (most - 1).bit_length()
 
 
-def step_body(model: nn.Module, inputs: torch.Tensor, samples: list, optim_wrapper):
+def step_body(model: nn.Module, inputs: torch.Tensor, samples: list, optim_wrapper,
+              distributed: Optional[DistributedStep] = None):
     """One training step as a graph captures it: mmengine's train_step and update_params
     (AmpOptimWrapper's loss scaling included), clipping without reading the norm, and the
-    wrapper's non-finite guard where it has one (the calls its eager step makes). Returns the
-    log names, their values stacked (then the gradient norm, when clipped, and the guard's
-    flag, when guarded), the message hub key of the norm (None without clipping) and whether
-    the flag is there."""
+    wrapper's non-finite guard where it has one (the calls its eager step makes); with
+    `distributed`, the gradients averaged over its processes before anything reads them, as
+    DDP's backward does. Returns the log names, their values stacked (then the gradient norm,
+    when clipped, and the guard's flag, when guarded), the message hub key of the norm (None
+    without clipping) and whether the flag is there."""
     optimizer = optim_wrapper.optimizer
     scaler = getattr(optim_wrapper, "loss_scaler", None)  # AmpOptimWrapper's GradScaler
     guard = getattr(optim_wrapper, "nonfinite_guard", None)  # (RedetOptimWrapper's)
+    kwargs = dict(inputs=inputs, data_samples=samples, mode="loss")
     with optim_wrapper.optim_context(model):  # (a guarded wrapper copies the BN statistics)
-        losses = model(inputs=inputs, data_samples=samples, mode="loss")
+        losses = model(**kwargs) if distributed is None else distributed.forward(model, **kwargs)
     loss, log_vars = model.parse_losses(losses)
     if guard is not None:
         guard.check_loss(loss)
-    (loss if scaler is None else scaler.scale(loss)).backward()
+    scaled = loss if scaler is None else scaler.scale(loss)
+    if distributed is None:
+        scaled.backward()
+    else:
+        distributed.backward(scaled)
     values = [v.detach().float() for v in log_vars.values()]
     clip = (lambda: _clip(optim_wrapper)) if optim_wrapper.clip_grad_kwargs else None
     update = scale_update_param(optim_wrapper) if scaler is not None else None
@@ -121,7 +134,8 @@ class _StepGraph:
     """One captured step: static inputs, the graph, the log values it leaves."""
 
     def __init__(self, model: nn.Module, inputs: torch.Tensor, samples: list,
-                 optim_wrapper: OptimWrapper, capacity: tuple, pool):
+                 optim_wrapper: OptimWrapper, capacity: tuple, pool,
+                 distributed: Optional[DistributedStep]):
         self.capacity = capacity  # (gts, ignored gts) per image
         self.inputs = inputs.clone()
         self.samples = [_padded_sample(s, capacity) for s in samples]
@@ -135,7 +149,7 @@ class _StepGraph:
         self.graph = torch.cuda.CUDAGraph()
         with _device_lr(optimizer, self.lrs), capture_graph(self.graph, pool):
             self.names, self.values, self.norm_key, flagged = step_body(
-                model, self.inputs, self.samples, optim_wrapper)
+                model, self.inputs, self.samples, optim_wrapper, distributed)
         self.guard = optim_wrapper.nonfinite_guard if flagged else None
 
     def replay(self, inputs: torch.Tensor, samples: list, optimizer) -> dict:
@@ -174,16 +188,23 @@ class StepGraphs(GraphCache):
                          min_gt_capacity=min_gt_capacity)
 
     def train_step(self, model: nn.Module, inputs: torch.Tensor, samples: list,
-                   optim_wrapper) -> Optional[dict]:
-        """One step on preprocessed inputs; the log values, or None: run the eager step."""
+                   optim_wrapper, distributed: Optional[DistributedStep] = None
+                   ) -> Optional[dict]:
+        """One step on preprocessed inputs; the log values, or None: run the eager step.
+        With `distributed`, every process of its group calls this at each step (they agree on
+        what all of them do) and the graph averages the gradients over them."""
         walk = ModuleWalk(model)
         reason = self.unsupported(inputs, optim_wrapper, walk)
-        if reason is not None:
-            self.say(f"eager: {reason}")
-            return None
         capacity = (gt_capacity([len(s.gt_instances) for s in samples], self.min_gt_capacity),
                     gt_capacity([len(s.get("ignored_instances", ())) for s in samples],
                                  _MIN_IGNORED_CAPACITY))
+        if distributed is not None:
+            capacity = distributed.agree_capacity(capacity)
+        if reason is not None:
+            self.say(f"eager: {reason}")
+            if distributed is not None:
+                distributed.agree_action(EAGER)
+            return None
         optimizer = optim_wrapper.optimizer
         # a new gt capacity alone needs no warm-up: the convolutions' shapes are set up
         warmup_key = (tuple(inputs.shape), inputs.dtype, inputs.device,
@@ -195,9 +216,14 @@ class StepGraphs(GraphCache):
             self.warmup_iters, "batch layouts (input shape, image shapes, gt capacity)",
             f"a training step: inputs {tuple(inputs.shape)}, up to {capacity[0]} gts and "
             f"{capacity[1]} ignored gts per image",
-            lambda pool: _StepGraph(model, inputs, samples, optim_wrapper, capacity, pool),
+            lambda pool: _StepGraph(model, inputs, samples, optim_wrapper, capacity, pool,
+                                    distributed),
             # (gradients the failed capture made)
-            on_failure=lambda: optimizer.zero_grad(set_to_none=True), warmup_key=warmup_key)
+            on_failure=lambda: optimizer.zero_grad(set_to_none=True), warmup_key=warmup_key,
+            agree=None if distributed is None else _agreement(distributed, key))
+        if distributed is not None and distributed.mismatch:
+            self.say("eager: the processes' batches differ in layout (input shape or image "
+                     "shapes); a captured collective must be the same step in all of them")
         if graph is None:
             return None
         log_vars = graph.replay(inputs, samples, optimizer)
@@ -239,6 +265,13 @@ class StepGraphs(GraphCache):
         if torch.cuda.is_current_stream_capturing():
             return "a capture is in progress"
         return None
+
+
+def _agreement(distributed: DistributedStep, key: tuple):
+    """GraphCache.graph_for's `agree` for the processes of `distributed`: their keys compared
+    without the device (each process has its own)."""
+    shared = tuple(part for part in key if not isinstance(part, torch.device))
+    return lambda action: distributed.agree_action(action, shared)
 
 
 class _device_lr:

@@ -5,6 +5,7 @@ from .atomic_local_backend import AtomicLocalBackend, atomic_write, remove_parti
 from .bad_images_hook import BadImagesHook
 from .checkpoint_hook import CheckpointHook
 from .checkpoint_check_hook import CheckpointCheckHook
+from .distributed_data_parallel import DistributedDataParallel
 from .one_behind_loops import OneBatchBehind, TestLoop, ValLoop
 from .nonfinite_steps_hook import NonFiniteStepsError, NonFiniteStepsHook
 from .optim_wrapper import AmpOptimWrapper, OptimWrapper
@@ -15,7 +16,7 @@ from .resumable_loops import (EpochBasedTrainLoop, IterBasedTrainLoop, Resumable
                               TrainStateHook, resumable_train_cfg)
 from .runtime_info_hook import RuntimeInfoHook
 
-__all__ = ['AmpOptimWrapper', 'AtomicLocalBackend', 'BadImagesHook', 'CheckpointCheckHook', 'CheckpointHook', 'EpochBasedTrainLoop', 'IterBasedTrainLoop',
+__all__ = ['AmpOptimWrapper', 'AtomicLocalBackend', 'BadImagesHook', 'CheckpointCheckHook', 'CheckpointHook', 'DistributedDataParallel', 'EpochBasedTrainLoop', 'IterBasedTrainLoop',
            'NonFiniteStepsError', 'NonFiniteStepsHook', 'OneBatchBehind', 'OptimWrapper', 'PeakMemoryHook', 'PlainTestHook', 'ProgressBarHook', 'ResumableBatchSampler', 'RuntimeInfoHook', 'TestLoop',
            'TrainStateHook', 'ValLoop', 'atomic_write', 'defer_scalar', 'read_peaks', 'remove_partial_writes',
            'resumable_train_cfg']

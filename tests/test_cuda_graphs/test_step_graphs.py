@@ -216,6 +216,27 @@ def test_capture_lr_context_restores_the_param_groups():
             assert opt.param_groups[0]['fused'] == before['fused']
 
 
+@pytest.fixture
+def world_of_one():
+    """A process group of this process alone (gloo on the CPU, NCCL with a GPU), ended after
+    the test."""
+    import socket
+
+    import torch.distributed as dist
+    if not dist.is_available():
+        pytest.skip('needs torch.distributed')
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    backend = 'nccl' if torch.cuda.is_available() else 'gloo'
+    dist.init_process_group(backend, init_method=f'tcp://127.0.0.1:{port}', rank=0,
+                            world_size=1)
+    try:
+        yield backend
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.mark.parametrize('guarded', [False, True], ids=['mmengine', 'redet'])
 def test_the_captured_step_body_is_the_eager_step(guarded):
     """What a graph captures (step_body with lr read from a tensor: fused SGD) gives the eager
@@ -258,17 +279,50 @@ def test_the_captured_step_body_is_the_eager_step(guarded):
     assert any(not torch.equal(p, q) for p, q in zip(params, tiny_detector().parameters()))
 
 
+def test_the_distributed_step_body_is_the_step_body(world_of_one):
+    """step_body with DistributedStep (the parameters as aliases, the gradients set from an
+    all-reduce) gives the plain step body's log values and parameters (one process: the
+    average is the process's own gradient; two processes: test_distributed_step.py)."""
+    from redet_plugin.cuda_graphs.distributed_step import DistributedStep
+    from redet_plugin.cuda_graphs.step_graphs import step_body
+    from redet_plugin.structures.gt_padding import pad_gt_instances
+    results = []
+    for distributed in (None, DistributedStep()):
+        model = _detector()
+        model.step_graphs = None
+        wrapper = _wrapper(model, guarded=True)
+        for step in range(2):
+            data = _batch(num_boxes=(3, 2), seed=step)
+            for sample in data['data_samples']:
+                sample.gt_instances = pad_gt_instances(sample.gt_instances, 8)
+            data = model.data_preprocessor(data, True)
+            torch.manual_seed(10 + step)
+            names, values, _, _ = step_body(model, data['inputs'], data['data_samples'],
+                                            wrapper, distributed)
+        results.append((dict(zip(names, values)), [p.detach().clone() for p in model.parameters()]))
+    (ref_log, ref_params), (log, params) = results
+    for key in ref_log:
+        torch.testing.assert_close(log[key], ref_log[key], rtol=1e-5, atol=1e-6)
+    for ref, ours in zip(ref_params, params):
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+    assert any(not torch.equal(p, q) for p, q in zip(params, tiny_detector().parameters()))
+
+
 # ---- on the GPU ---------------------------------------------------------------------------------
 def _steps(captured, num_steps, batches, lrs=None, optimizer='SGD', amp=False,
-           skip_first=False):
+           skip_first=False, ddp=False):
     """(model, log values, wrapper) after `num_steps` steps of the tiny detector: with
     cuda_graph_step (1 eager warm-up step, then captured ones), or eagerly on gts padded as the
     graph pads them, so that both draw the same random numbers. skip_first (AMP): the first
-    step's loss scale is infinite, so the scaler skips it; then the scale is 1024."""
+    step's loss scale is infinite, so the scaler skips it; then the scale is 1024. ddp: trained
+    through RedetDistributedDataParallel (a process group must be up)."""
+    from redet_plugin.engine import DistributedDataParallel
     from redet_plugin.structures.gt_padding import pad_gt_instances
     model = _detector('cuda', warmup_iters=1, min_gt_capacity=16)
     if not captured:
         model.step_graphs = None
+    trained = (DistributedDataParallel(model, device_ids=[torch.cuda.current_device()],
+                                       broadcast_buffers=False) if ddp else model)
     wrapper = _wrapper(model, optimizer, amp, **(
         dict(loss_scale=dict(init_scale=float('inf'))) if skip_first else {}))
     logs = []
@@ -281,7 +335,7 @@ def _steps(captured, num_steps, batches, lrs=None, optimizer='SGD', amp=False,
             for group in wrapper.optimizer.param_groups:
                 group['lr'] = lrs[step]
         torch.cuda.manual_seed(100 + step)
-        logs.append(model.train_step(data, wrapper))
+        logs.append(trained.train_step(data, wrapper))
         if skip_first and step == 0:
             assert not wrapper.optimizer.state  # (skipped: no momentum buffers)
             wrapper.loss_scaler.update(1024.0)
@@ -344,6 +398,26 @@ def test_captured_steps_give_the_eager_parameters(optimizer, log_lines):
     _assert_like_eager(graphed.state_dict(), eager.state_dict(), eager_again.state_dict(),
                        start, floor=1e-3 if optimizer == 'SGD' else 2e-2)
     # the steps changed the parameters (a comparison of untouched models proves nothing)
+    assert any(not torch.equal(start[k], v) for k, v in graphed.state_dict().items())
+
+
+@pytest.mark.cuda
+def test_captured_ddp_steps_give_the_eager_ddp_parameters(world_of_one, log_lines):
+    """Through RedetDistributedDataParallel (NCCL, one process): the step is captured with its
+    gradient all-reduce and gives the parameters of mmengine's eager DDP step."""
+    batches = [_batch('cuda', (3, 5), seed=0), _batch('cuda', (7, 1), seed=1)]
+    lrs = [0.01, 0.01, 0.005, 0.02]
+    with full_fp32():
+        runs = [_steps(captured, 4, batches, lrs, ddp=True) for captured in (False, False, True)]
+    (eager, eager_logs, _), (eager_again, _, _), (graphed, graphed_logs, _) = runs
+    assert len(graphed.step_graphs) == 1
+    assert any('captured a training step' in line for line in log_lines())
+    for ref, ours in zip(eager_logs, graphed_logs):
+        for key in ref:
+            torch.testing.assert_close(ours[key], ref[key], rtol=1e-4, atol=1e-5)
+    start = tiny_detector('cuda').state_dict()
+    _assert_like_eager(graphed.state_dict(), eager.state_dict(), eager_again.state_dict(),
+                       start, floor=1e-3)
     assert any(not torch.equal(start[k], v) for k, v in graphed.state_dict().items())
 
 

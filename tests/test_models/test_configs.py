@@ -5,9 +5,9 @@ import os.path as osp
 import re
 
 import pytest
-from mmdet.registry import (DATASETS, HOOKS, METRICS, MODELS, OPTIM_WRAPPERS, OPTIMIZERS,
-                            PARAM_SCHEDULERS, TASK_UTILS, TRANSFORMS, VISUALIZERS, LOOPS,
-                            DATA_SAMPLERS, VISBACKENDS, LOG_PROCESSORS)
+from mmdet.registry import (DATASETS, HOOKS, METRICS, MODEL_WRAPPERS, MODELS, OPTIM_WRAPPERS,
+                            OPTIMIZERS, PARAM_SCHEDULERS, TASK_UTILS, TRANSFORMS, VISUALIZERS,
+                            LOOPS, DATA_SAMPLERS, VISBACKENDS, LOG_PROCESSORS)
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
@@ -25,7 +25,7 @@ DECLARE_CUSTOM_IMPORTS = {'configs/_base_/models/redet-le90_re50_refpn.py',
                           'configs/faster_rcnn_roipool/faster-rcnn_r18_fpn_roipool_tiny-coco.py'}
 REGISTRIES = (MODELS, TASK_UTILS, DATASETS, TRANSFORMS, METRICS, VISUALIZERS, HOOKS,
               OPTIM_WRAPPERS, OPTIMIZERS, PARAM_SCHEDULERS, LOOPS, DATA_SAMPLERS, VISBACKENDS,
-              LOG_PROCESSORS)
+              LOG_PROCESSORS, MODEL_WRAPPERS)
 # roi layers that mmdet's extractors find in mmcv.ops rather than in a registry
 MMCV_OPS = {'RoIAlign', 'nms', 'nms_rotated'}
 

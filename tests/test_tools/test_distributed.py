@@ -22,6 +22,7 @@ data set's order, and the same mAP.
 The processes are spawned (a fork of this multi-threaded process can hang) and hide any GPU, so
 the test runs the CPU path on every machine.
 """
+import glob
 import json
 import multiprocessing
 import os
@@ -206,11 +207,21 @@ def assert_same_step(ddp, single):
     assert len(moved) > len(ref_update) // 2
 
 
-def test_ddp_step_equals_one_process_accumulating_each_process_batch(config, tmp_path):
-    ddp = train(config, tmp_path / 'ddp', 2)
+@pytest.mark.parametrize('captured_option', [False, True], ids=['eager', 'captured_option'])
+def test_ddp_step_equals_one_process_accumulating_each_process_batch(config, tmp_path,
+                                                                     captured_option):
+    """captured_option: model.cuda_graph_step=True, which the configs' DDP wrapper
+    (RedetDistributedDataParallel) hands to the model on a GPU; on the CPU it says why not and
+    runs DDP's step."""
+    options = ['model.cuda_graph_step=True'] if captured_option else []
+    ddp = train(config, tmp_path / 'ddp', 2, *options)
     single = train(config, tmp_path / 'single', 1, 'optim_wrapper.accumulative_counts=2',
                    'train_cfg.max_iters=2')
     assert_same_step(ddp, single)
+    if captured_option:
+        log_file, = glob.glob(str(tmp_path / 'ddp' / '*' / '*.log'))
+        with open(log_file) as f:
+            assert 'cuda_graph_step: eager: the model is not on a CUDA device' in f.read()
 
 
 def test_ddp_step_with_frozen_norms_equals_one_process_given_both_images(config, tmp_path):
