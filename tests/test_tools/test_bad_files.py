@@ -8,6 +8,7 @@ import os.path as osp
 import pickle
 import shutil
 import sys
+import uuid
 
 import pytest
 import torch
@@ -60,14 +61,22 @@ def options(data_root, workers=0, loaders=LOADERS):
     return found
 
 
+def _own_logger():
+    """A run's logger is mmengine's instance named after the second it started in: a run that
+    starts in the second of an earlier test's would log through that test's closed output."""
+    return f'experiment_name=bad-files-{uuid.uuid4().hex}'
+
+
 def train(tmp_path, *cfg_options, config=TINY):
     from tools.train import main
-    main([config, '--work-dir', str(tmp_path / 'work'), '--cfg-options', *cfg_options])
+    main([config, '--work-dir', str(tmp_path / 'work'), '--cfg-options', _own_logger(),
+          *cfg_options])
 
 
 def run_test(tmp_path, checkpoint, *cfg_options):
     from tools.test import main
-    return main([TINY, checkpoint, '--work-dir', str(tmp_path / 'work'), '--cfg-options', *cfg_options])
+    return main([TINY, checkpoint, '--work-dir', str(tmp_path / 'work'), '--cfg-options',
+                 _own_logger(), *cfg_options])
 
 
 def one_line_error(capfd, run, match):
@@ -244,7 +253,8 @@ def test_train_refuses_a_bad_checkpoint_in_one_line_without_unpickling_it(how, b
     args = ['--resume', path] if how == 'resume' else []
     from tools.train import main
     one_line_error(capfd, lambda: main([TINY, '--work-dir', str(tmp_path / 'work'), *args, '--cfg-options',
-                                        *options(data_root), *([f'load_from={path}'] if how == 'load_from' else [])]),
+                                        _own_logger(), *options(data_root),
+                                        *([f'load_from={path}'] if how == 'load_from' else [])]),
                    rf"^error: checkpoint '{path}' {reason}")
     assert not osp.exists(marker)  # nothing of the file ran
 
@@ -288,7 +298,7 @@ def test_the_tools_read_a_checkpoint_once_weights_only(how, checkpoint, data_roo
     elif how == 'resume':
         from tools.train import main
         main([TINY, '--work-dir', str(tmp_path / 'work'), '--resume', path, '--cfg-options',
-              *options(data_root), 'train_cfg.max_epochs=2'])
+              _own_logger(), *options(data_root), 'train_cfg.max_epochs=2'])
     else:
         train(tmp_path, *options(data_root), f'load_from={path}')
     assert [read for read in reads if read[0] == path] == [(path, True)]
