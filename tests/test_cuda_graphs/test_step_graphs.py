@@ -33,6 +33,16 @@ def _batch(device='cpu', num_boxes=(3, 0), seed=0):
         num_boxes=num_boxes)])
 
 
+def _padded_batch(seed):
+    """A CPU batch whose gts are padded as a graph pads them (the eager step then draws the
+    random numbers of a captured one)."""
+    from redet_plugin.structures.gt_padding import pad_gt_instances
+    data = _batch(num_boxes=(3, 2), seed=seed)
+    for sample in data['data_samples']:
+        sample.gt_instances = pad_gt_instances(sample.gt_instances, 8)
+    return data
+
+
 def _captured(model, wrapper, num_boxes=(3, 0)):
     """Three steps (warm-up, capture + replay, replay) with warmup_iters=1: a graph kept."""
     for seed in range(3):
@@ -243,16 +253,13 @@ def test_the_captured_step_body_is_the_eager_step(guarded):
     step's log values, gradient norm and parameters for the same draw, run eagerly here; with
     RedetOptimWrapper, through the same non-finite guard (a finite step: flag 0)."""
     from redet_plugin.cuda_graphs.step_graphs import _device_lr, step_body
-    from redet_plugin.structures.gt_padding import pad_gt_instances
     results = []
     for body in (False, True):
         model = _detector()
         model.step_graphs = None
         wrapper = _wrapper(model, guarded=guarded)
         for step in range(2):
-            data = _batch(num_boxes=(3, 2), seed=step)
-            for sample in data['data_samples']:
-                sample.gt_instances = pad_gt_instances(sample.gt_instances, 8)
+            data = _padded_batch(seed=step)
             torch.manual_seed(10 + step)
             if body:
                 data = model.data_preprocessor(data, True)
@@ -285,16 +292,13 @@ def test_the_distributed_step_body_is_the_step_body(world_of_one):
     average is the process's own gradient; two processes: test_distributed_step.py)."""
     from redet_plugin.cuda_graphs.distributed_step import DistributedStep
     from redet_plugin.cuda_graphs.step_graphs import step_body
-    from redet_plugin.structures.gt_padding import pad_gt_instances
     results = []
     for distributed in (None, DistributedStep()):
         model = _detector()
         model.step_graphs = None
         wrapper = _wrapper(model, guarded=True)
         for step in range(2):
-            data = _batch(num_boxes=(3, 2), seed=step)
-            for sample in data['data_samples']:
-                sample.gt_instances = pad_gt_instances(sample.gt_instances, 8)
+            data = _padded_batch(seed=step)
             data = model.data_preprocessor(data, True)
             torch.manual_seed(10 + step)
             names, values, _, _ = step_body(model, data['inputs'], data['data_samples'],
