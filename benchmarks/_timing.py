@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from redet_plugin.testing import deterministic_algorithms
+
 
 def require_cuda(script):
     """Exits with a clear message (status 2) unless torch sees a CUDA device and redet_plugin was
@@ -43,11 +45,8 @@ def autograd_backward(output, inputs, grad):
 def deterministic(fn):
     """fn under torch.use_deterministic_algorithms(True)."""
     def run():
-        torch.use_deterministic_algorithms(True)
-        try:
+        with deterministic_algorithms():
             return fn()
-        finally:
-            torch.use_deterministic_algorithms(False)
     return run
 
 

@@ -2,29 +2,17 @@
 layout checks, CUDA-graph capture), and the op inputs the benchmarks and sanitizer drivers share,
 ship in redet_plugin/testing.py. mm imports stay inside the functions, so that the ops tests load
 torch and the ops only."""
-import contextlib
 import math
 import os.path as osp
 
 import torch
 
-from redet_plugin.testing import tf32
+from redet_plugin.testing import deterministic_algorithms, tf32  # noqa: F401  (the tests' too)
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
 # ---- numerics -----------------------------------------------------------------------------------
-@contextlib.contextmanager
-def deterministic_mode():
-    """torch.use_deterministic_algorithms(True) for the block, restoring the previous setting."""
-    previous = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(previous)
-
-
 def full_fp32():
     """No TF32 for the block (redet_plugin.testing.tf32(False))."""
     return tf32(False)

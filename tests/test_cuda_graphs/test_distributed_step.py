@@ -3,7 +3,6 @@ CPU: its gradients are DDP's, and GraphCache.graph_for with its agreement makes 
 capture together, replay together and run eagerly together. The captured step itself needs a
 GPU: tests/test_cuda_graphs/test_captured_training.py runs it under DDP with NCCL."""
 import multiprocessing
-import os
 import socket
 import traceback
 

@@ -8,7 +8,7 @@ import torch
 from redet_plugin.ops import riroi_align_rotated, riroi_align_rotated_multilevel
 from tests._helpers import (RIROI_CUDA_BACKWARD_ATOL, RIROI_CUDA_FORWARD_ATOL,
                             RIROI_CUDA_OPTION_CASES, RIROI_FORWARD_ATOL, RIROI_ORDER_RTOL,
-                            deterministic_mode, riroi_call, riroi_case, riroi_levels_case,
+                            deterministic_algorithms, riroi_call, riroi_case, riroi_levels_case,
                             riroi_rois)
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -68,7 +68,7 @@ def test_cuda_deterministic_backward_is_bitwise_repeatable(dtype):
     x, rois = x.cuda(), rois.cuda()
     grad = torch.randn(300, 32, 7, 7, device="cuda").to(dtype)
     results = []
-    with deterministic_mode():
+    with deterministic_algorithms():
         for _ in range(3):
             xi = x.clone().requires_grad_(True)
             riroi_call(xi, rois, 7, num_samples=0).backward(grad)

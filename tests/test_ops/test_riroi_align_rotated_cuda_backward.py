@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests._helpers import (RIROI_CUDA_BACKWARD_ATOL, RIROI_CUDA_OPTION_CASES, RIROI_ORDER_RTOL,
-                            deterministic_mode, riroi_case, riroi_raw_backward, riroi_rois)
+                            deterministic_algorithms, riroi_case, riroi_raw_backward, riroi_rois)
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 # CUDA sums by float atomics in any order and rounds once to the dtype; the CPU sums in order and
@@ -41,7 +41,7 @@ def test_cuda_backward_chunks_match_cpu(dtype, fields, nO):
             grad = torch.randn(20, fields * nO, *output_size, generator=g, dtype=torch.float64).to(dtype)
             args = (x.shape, 0.5, num_samples, nO, clockwise, legacy)
             expected = riroi_raw_backward(grad, rois, *args)
-            with deterministic_mode() if deterministic else contextlib.nullcontext():
+            with deterministic_algorithms() if deterministic else contextlib.nullcontext():
                 got = riroi_raw_backward(grad.cuda(), rois.cuda(), *args)
             assert got.shape == x.shape and got.dtype == dtype and got.is_contiguous()
             assert_backward_close(got, expected, dtype)
@@ -62,7 +62,7 @@ def test_cuda_multilevel_backward_matches_cpu(dtype, nO, fields):
         grad = torch.randn(40, fields * nO, 7, 7, generator=g, dtype=torch.float64).to(dtype)
         args = (scales, num_samples, nO, True, False, 2, fields * nO, heights, widths, channels_last)
         expected = torch.ops.redet._riroi_align_rotated_multilevel_backward(grad, rois, levels, *args)
-        with deterministic_mode() if deterministic else contextlib.nullcontext():
+        with deterministic_algorithms() if deterministic else contextlib.nullcontext():
             got = torch.ops.redet._riroi_align_rotated_multilevel_backward(
                 grad.cuda(), rois.cuda(), levels.cuda(), *args)
         layout = torch.channels_last if channels_last else torch.contiguous_format
@@ -82,7 +82,7 @@ def test_cuda_deterministic_backward_chunks_are_bitwise_repeatable(dtype, fields
     rois = rois.cuda()
     grad = torch.randn(200, fields * nO, 7, 7, device="cuda").to(dtype)
     for num_samples in (2, 0):
-        with deterministic_mode():
+        with deterministic_algorithms():
             runs = [riroi_raw_backward(grad, rois, x.shape, num_samples=num_samples, nO=nO)
                     for _ in range(3)]
         assert all(torch.equal(runs[0], r) for r in runs[1:])
@@ -101,7 +101,7 @@ def test_cuda_deterministic_multilevel_backward_is_bitwise_repeatable():
     levels = torch.randint(0, 3, (300,), generator=g).cuda()
     grad = torch.randn(300, 64, 7, 7, generator=g).cuda()
     args = ([1 / 4, 1 / 8, 1 / 16], 2, 8, True, False, 2, 64, [32, 16, 8], [32, 16, 8])
-    with deterministic_mode():
+    with deterministic_algorithms():
         runs = [torch.ops.redet._riroi_align_rotated_multilevel_backward(grad, rois, levels, *args)
                 for _ in range(3)]
     for run in runs[1:]:
@@ -128,7 +128,7 @@ def test_cuda_backward_edge_cases(dtype):
     off_map = torch.tensor([[0, 100., 100, 8, 8, 0.4], [1, -60, 3, 10, 4, -2.0]], dtype=dtype)
     on_tiny = torch.tensor([[0, 0.5, 0.5, 3, 2, 0.7], [1, 2, 1, 40, 40, 3.0]], dtype=dtype)
     for deterministic in (False, True):
-        with deterministic_mode() if deterministic else contextlib.nullcontext():
+        with deterministic_algorithms() if deterministic else contextlib.nullcontext():
             for num_samples in (2, 0):
                 empty = riroi_raw_backward(grad[:0].cuda(), off_map[:0].cuda(), (2, 20, 6, 7),
                                            num_samples=num_samples, nO=4)

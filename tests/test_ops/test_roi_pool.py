@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from redet_plugin.ops import RoIPool, roi_pool
-from tests._helpers import deterministic_mode, roi_pool_case, roi_pool_rois, roi_pool_tolerance
+from tests._helpers import deterministic_algorithms, roi_pool_case, roi_pool_rois, roi_pool_tolerance
 from tests.test_ops._reference import roi_pool_backward_reference, roi_pool_reference
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -142,7 +142,7 @@ def test_torch_compile_fullgraph():
 def test_backward_is_deterministic():
     x, rois = roi_pool_case(9, k=64, c=8)
     grads = []
-    with deterministic_mode():
+    with deterministic_algorithms():
         for _ in range(3):
             xi = x.clone().requires_grad_(True)
             roi_pool(xi, rois, 7, 0.5).backward(torch.ones(64, 8, 7, 7))

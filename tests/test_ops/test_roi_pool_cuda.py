@@ -8,7 +8,7 @@ import torch
 
 from redet_plugin.ops import roi_pool
 from redet_plugin.testing import channels_last_at_offset
-from tests._helpers import deterministic_mode, roi_pool_case, roi_pool_rois, roi_pool_tolerance
+from tests._helpers import deterministic_algorithms, roi_pool_case, roi_pool_rois, roi_pool_tolerance
 from tests.test_ops._reference import roi_pool_backward_reference, roi_pool_reference
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -100,7 +100,7 @@ def test_cuda_deterministic_backward_is_bitwise_repeatable(dtype):
     rois = rois.cuda()
     grad = torch.randn(300, 32, 7, 7, device="cuda").to(dtype)
     results = []
-    with deterministic_mode():
+    with deterministic_algorithms():
         for _ in range(3):
             xi = x.clone().requires_grad_(True)
             roi_pool(xi, rois, 7, 0.5).backward(grad)
@@ -249,7 +249,7 @@ def test_cuda_channels_last_input_gets_the_nchw_gradient_in_its_layout(dtype, de
     grads = {}
     for fmt in (torch.contiguous_format, torch.channels_last):
         xl = x.cuda().contiguous(memory_format=fmt).requires_grad_(True)
-        with deterministic_mode() if deterministic else contextlib.nullcontext():
+        with deterministic_algorithms() if deterministic else contextlib.nullcontext():
             out = roi_pool(xl, rois.cuda(), 7, 0.5)
             grads[fmt], = torch.autograd.grad(out, xl, torch.ones_like(out))
         assert grads[fmt].is_contiguous(memory_format=fmt)
@@ -311,7 +311,7 @@ def test_cuda_lane_pair_backward_matches_scalar_path(dtype):
     for xl in (x.cuda().contiguous(memory_format=torch.channels_last),
                channels_last_at_offset(x.cuda(), 1)):
         xl = xl.detach().requires_grad_(True)
-        with deterministic_mode():
+        with deterministic_algorithms():
             roi_pool(xl, rois.cuda(), 7, 0.5).backward(grad)
         grads.append(xl.grad)
     assert torch.equal(grads[0], grads[1])
