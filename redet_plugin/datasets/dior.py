@@ -20,7 +20,6 @@ from collections import Counter
 from typing import Dict, List
 
 import numpy as np
-from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
 
 from redet_plugin.utils.registration import register
@@ -28,7 +27,7 @@ from redet_plugin.utils.registration import register
 from ..structures import qbox2rbox
 from .bad_images import BadImagesMixin
 from .dota import DOTAAnnotationError
-from .listed_xml import filter_training_images, image_size, load_listed_images, xml_number
+from .listed_xml import ListedXMLDataset, image_size, load_listed_images, xml_number
 
 DIOR_CLASSES = ('airplane', 'airport', 'baseballfield', 'basketballcourt', 'bridge', 'chimney',
                 'expressway-service-area', 'expressway-toll-station', 'dam', 'golffield',
@@ -51,7 +50,7 @@ class DIORAnnotationError(DOTAAnnotationError):
 
 
 @register(DATASETS)
-class DIORDataset(BadImagesMixin, BaseDetDataset):
+class DIORDataset(BadImagesMixin, ListedXMLDataset):
     """DIOR-R with mmrotate's arguments (and `ignore_difficult`).
 
     Args:
@@ -146,20 +145,12 @@ class DIORDataset(BadImagesMixin, BaseDetDataset):
             return []
         # One minimum-area-rectangle fit per file.
         rboxes = qbox2rbox(np.array([row[0] for row in rows], dtype=np.float64)).tolist()
-        min_size = self.filter_cfg.get('bbox_min_size') if self.filter_cfg and not self.test_mode else None
         instances = []
         for (corners, label, difficult, where), rbox in zip(rows, rboxes):
             if rbox[2] * rbox[3] <= 0:
                 raise DIORAnnotationError(f'{where}: degenerate box (zero area): {corners}')
-            small = min_size is not None and min(rbox[2], rbox[3]) < min_size
-            ignore = small or (self.ignore_difficult and difficult >= 1)
+            ignore = self.ignored(min(rbox[2], rbox[3]), difficult)
             instances.append(dict(bbox=rbox, bbox_label=label, ignore_flag=int(ignore),
                                   polygon=corners, difficulty=difficult))
         return instances
 
-    def filter_data(self) -> List[dict]:
-        """Training only: filter_cfg's filter_empty_gt (no non-ignored object) and min_size."""
-        return filter_training_images(self, 'DIORDataset')
-
-    def get_cat_ids(self, idx: int) -> List[int]:
-        return [inst['bbox_label'] for inst in self.get_data_info(idx)['instances']]

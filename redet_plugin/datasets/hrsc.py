@@ -20,7 +20,6 @@ from collections import Counter
 from typing import Dict, List, Optional
 
 import torch
-from mmdet.datasets import BaseDetDataset
 from mmdet.registry import DATASETS
 
 from redet_plugin.utils.registration import register
@@ -28,7 +27,7 @@ from redet_plugin.utils.registration import register
 from ..structures import rbox2qbox, regularize_rboxes
 from .bad_images import BadImagesMixin
 from .dota import DOTAAnnotationError
-from .listed_xml import filter_training_images, image_size, load_listed_images, xml_number
+from .listed_xml import ListedXMLDataset, image_size, load_listed_images, xml_number
 
 # HRSC2016's 31 classes with their Class_IDs ('1' + '0' * 6 + two digits; 21 and 23 are unused),
 # in mmrotate's order (its label numbers).
@@ -53,7 +52,7 @@ class HRSCAnnotationError(DOTAAnnotationError):
 
 
 @register(DATASETS)
-class HRSCDataset(BadImagesMixin, BaseDetDataset):
+class HRSCDataset(BadImagesMixin, ListedXMLDataset):
     """HRSC2016 with mmrotate's arguments (and `ignore_difficult`).
 
     Args:
@@ -173,11 +172,9 @@ class HRSCDataset(BadImagesMixin, BaseDetDataset):
             return []
         raw = torch.tensor([row[0] for row in rows], dtype=torch.float64)
         rboxes, polygons = regularize_rboxes(raw).tolist(), rbox2qbox(raw).tolist()
-        min_size = self.filter_cfg.get('bbox_min_size') if self.filter_cfg and not self.test_mode else None
         instances = []
         for (annotated, label, difficult, head), rbox, polygon in zip(rows, rboxes, polygons):
-            small = min_size is not None and min(annotated[2], annotated[3]) < min_size
-            ignore = small or (self.ignore_difficult and difficult >= 1)
+            ignore = self.ignored(min(annotated[2], annotated[3]), difficult)
             instance = dict(bbox=rbox, bbox_label=label, ignore_flag=int(ignore), polygon=polygon,
                             difficulty=difficult)
             if head is not None:
@@ -185,9 +182,3 @@ class HRSCDataset(BadImagesMixin, BaseDetDataset):
             instances.append(instance)
         return instances
 
-    def filter_data(self) -> List[dict]:
-        """Training only: filter_cfg's filter_empty_gt (no non-ignored object) and min_size."""
-        return filter_training_images(self, 'HRSCDataset')
-
-    def get_cat_ids(self, idx: int) -> List[int]:
-        return [inst['bbox_label'] for inst in self.get_data_info(idx)['instances']]

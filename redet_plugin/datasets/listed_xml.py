@@ -76,18 +76,38 @@ def load_listed_images(owner: str, ann_file: str, ann_dir: str, img_dir: str, im
     return data_list
 
 
-def filter_training_images(dataset: BaseDetDataset, owner: str) -> List[dict]:
-    """mmrotate's image filters (filter_empty_gt counting non-ignored objects, as RedetDOTADataset
-    does; min_size on the shorter image side); an error rather than an empty training set."""
-    cfg = dataset.filter_cfg or {}
-    if dataset.test_mode or not cfg:
-        return dataset.data_list
-    empty_out, min_size = cfg.get('filter_empty_gt', False), cfg.get('min_size', 0)
-    kept = [info for info in dataset.data_list
-            if min(info['width'], info['height']) >= min_size
-            and not (empty_out and all(inst['ignore_flag'] for inst in info['instances']))]
-    if not kept:
-        raise DOTADataError(f'{owner}: filter_cfg {dict(cfg)} leaves no image of {dataset.ann_file!r} '
-                            f'(every image is smaller than min_size or has no object that is not '
-                            f'ignored: difficult with ignore_difficult=True, or under bbox_min_size)')
-    return kept
+class ListedXMLDataset(BaseDetDataset):
+    """What RedetHRSCDataset and RedetDIORDataset share once their XML rows are read: the ignore
+    rule of an object, mmrotate's image filters, and the class ids of an image. Subclasses set
+    `ignore_difficult` before loading."""
+
+    ignore_difficult = False
+
+    def ignored(self, short_side: float, difficult: int) -> bool:
+        """An object the metric neither counts nor misses: under filter_cfg's bbox_min_size
+        (training only), or difficult with ignore_difficult=True."""
+        cfg = self.filter_cfg or {}
+        min_size = None if self.test_mode else cfg.get('bbox_min_size')
+        return ((min_size is not None and short_side < min_size) or
+                (self.ignore_difficult and difficult >= 1))
+
+    def filter_data(self) -> List[dict]:
+        """Training only: mmrotate's image filters (filter_empty_gt counting non-ignored
+        objects, as RedetDOTADataset does; min_size on the shorter image side); an error rather
+        than an empty training set."""
+        cfg = self.filter_cfg or {}
+        if self.test_mode or not cfg:
+            return self.data_list
+        empty_out, min_size = cfg.get('filter_empty_gt', False), cfg.get('min_size', 0)
+        kept = [info for info in self.data_list
+                if min(info['width'], info['height']) >= min_size
+                and not (empty_out and all(inst['ignore_flag'] for inst in info['instances']))]
+        if not kept:
+            raise DOTADataError(
+                f'{type(self).__name__}: filter_cfg {dict(cfg)} leaves no image of '
+                f'{self.ann_file!r} (every image is smaller than min_size or has no object that '
+                f'is not ignored: difficult with ignore_difficult=True, or under bbox_min_size)')
+        return kept
+
+    def get_cat_ids(self, idx: int) -> List[int]:
+        return [inst['bbox_label'] for inst in self.get_data_info(idx)['instances']]
