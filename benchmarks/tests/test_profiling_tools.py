@@ -180,3 +180,19 @@ def test_the_captured_run_is_kept_before_its_eager_test(monkeypatch, tmp_path):
     assert [k[0] for k in kept] == [['train', 'test']]  # kept once, before the eager test
     assert kept[0][1]['test']['mAP50'] == 0.5 and 'test_eager_predict' not in kept[0][1]
     assert launched == ['train', 'test', 'test'] and result['test_eager_predict']['mAP50'] == 0.5
+
+
+def test_startup_phases_runs_both_tools_to_their_first_steps(tmp_path):
+    """Each tool in a fresh process, its phases in order, every phase reached."""
+    from benchmarks.profiling import startup_phases
+    out = tmp_path / 'startup.json'
+    result = startup_phases.main(['--cpu', '--steps', '2', '--out', str(out)])
+    assert json.loads(out.read_text()) == result
+    for run, step in zip(result['runs'], ('train_step', 'test_step')):
+        phases = [row['phase'] for row in run['phases']]
+        assert phases[0].startswith('python started') and phases[-1] == f'2 {step}s done'
+        assert f'first {step} done (warm-up, captures)' in phases
+        since_start = [row['since_start'] for row in run['phases']]
+        assert since_start == sorted(since_start) and run['total_s'] == since_start[-1]
+    assert 'backbone and neck made plain convolutions' in [
+        row['phase'] for row in result['runs'][1]['phases']]
