@@ -502,6 +502,19 @@ def step_memory(path, d):
 
 
 # (title, file stem, benchmark script, renderer)
+def startup(path, d):
+    parts = [f"From `python tools/train.py` and `python tools/test.py` (`{d['config']}`, a "
+             f"checkpoint of its initial weights) to the end of their first {d['steps']} steps, "
+             f"each tool in a fresh process, phase by phase (a step ends at a CUDA "
+             f"synchronisation)."]
+    for run in d['runs']:
+        rows = [[row['phase'], num(row['seconds']), num(row['since_start'])]
+                for row in run['phases']]
+        parts += [f"`tools/{run['tool']}.py`: {num(run['total_s'])} s.",
+                  table(['phase', 's', 's since the start'], rows)]
+    return parts
+
+
 SECTIONS = [
     ('RiRoIAlignRotated', 'riroi_align_rotated', 'benchmarks/ops/bench_riroi_align_rotated.py',
      riroi_align_rotated),
@@ -532,6 +545,7 @@ SECTIONS = [
      data_loading),
     ('Training on several GPUs', 'multi_gpu', 'benchmarks/detector/bench_multi_gpu.py',
      multi_gpu),
+    ('Start-up of the tools', 'startup', 'benchmarks/profiling/startup_phases.py', startup),
 ]
 
 

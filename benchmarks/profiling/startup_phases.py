@@ -70,7 +70,7 @@ def _child(tool: str, marks_file: str, steps: int, launched: float, argv: list) 
         mark('backbone and neck made plain convolutions')
 
     def timed_run(self):
-        mark(f'Runner.{run.__name__} called')
+        mark(f'Runner.{run.__name__} called (the tool\'s checks: the data set read)')
         model_step, calls = getattr(self.model, step_name), [0]
 
         def step(data, *args, **kwargs):
