@@ -3,7 +3,8 @@
 # with its own tools on synthetic 1024² DOTA data (bench_detector_vs_mmrotate --runs mmrotate,
 # which also tests it with mmrotate's tools/test.py), tests that checkpoint with our tools/test.py
 # and the mmrotate-compatible config, then compares the two test forwards stage by stage
-# (mmrotate_parity.py). Options: ITERS (200), NUM_TRAIN (200), NUM_VAL (60), IMAGES (20).
+# (mmrotate_parity.py), and one huge image by patches against mmrotate's (bench_huge_image.py).
+# Options: ITERS (200), NUM_TRAIN (200), NUM_VAL (60), IMAGES (20), HUGE (1; 0 skips the huge image).
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 ITERS="${ITERS:-200}"; NUM_TRAIN="${NUM_TRAIN:-200}"; NUM_VAL="${NUM_VAL:-60}"; IMAGES="${IMAGES:-20}"
@@ -27,4 +28,12 @@ grep -E "mAP" "$OUT/bench_logs/test_mmrotate.log" | tail -2
 tar -czf "$OUT/parity_logs.tar.gz" -C "$OUT" bench_logs ours_test.log bench.log 2>/dev/null
 python3 -m benchmarks.detector.mmrotate_parity --mmrotate-config "$THEIR_CONFIG" --checkpoint "$CKPT" \
   --our-config "$OUT/ours_test.py" --images "$IMAGES" --out "$OUT/parity.json" "$@" 2>&1 | tee "$OUT/parity.log" | grep -v Warning
-rm -rf "$OUT/bench_logs"  # (packed above; parity.py read its mmrotate config)
+# one 5120² mosaic of 25 of those images, by patches: ours against mmrotate's
+# inference_detector_by_patches (HUGE=0 skips it)
+if [ "${HUGE:-1}" != 0 ]; then
+  python3 -m benchmarks.detector.bench_huge_image --checkpoint "$CKPT" --mmrotate-config "$THEIR_CONFIG" \
+    --our-config "$OUT/ours_test.py" --data-root "$DATA/" --tiles 5 --out "$OUT/huge_image.json" \
+    > "$OUT/huge_image.log" 2>&1
+  echo "huge image rc=$?"; tail -30 "$OUT/huge_image.log" | grep -v Warning
+fi
+rm -rf "$OUT/bench_logs"  # (packed above; parity.py and the huge image read its mmrotate config)

@@ -4,6 +4,7 @@ Their numbers come from a GPU (benchmarks/results); here only that they run."""
 import json
 import os.path as osp
 
+import numpy as np
 import pytest
 import torch
 
@@ -196,3 +197,40 @@ def test_startup_phases_runs_both_tools_to_their_first_steps(tmp_path):
         assert since_start == sorted(since_start) and run['total_s'] == since_start[-1]
     assert 'backbone and neck made plain convolutions' in [
         row['phase'] for row in result['runs'][1]['phases']]
+
+
+def test_huge_image_bench_runs_ours_on_a_mosaic(tmp_path):
+    """Ours alone (mmcv's RiRoIAlignRotated, which mmrotate's ReDet needs, has no CPU kernel):
+    the mosaic's ground truth, the two batch sizes and the command."""
+    from mmdet.registry import MODELS
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+
+    from benchmarks.detector import bench_huge_image
+    from redet_plugin.datasets import SYNTHETIC_CLASSES
+    root = str(tmp_path / 'syn') + '/'
+    generate_synthetic_dota(root, num_train=0, num_val=4, image_size=96, progress=False)
+    init_default_scope('mmdet')
+    checkpoint = str(tmp_path / 'tiny.pth')
+    model = MODELS.build(Config.fromfile(TINY).model)
+    torch.save({'state_dict': model.state_dict(),
+                'meta': {'dataset_meta': {'classes': SYNTHETIC_CLASSES}}}, checkpoint)
+    out = tmp_path / 'huge.json'
+    result = bench_huge_image.main([
+        '--checkpoint', checkpoint, '--our-config', TINY, '--data-root', root, '--tiles', '2',
+        '--patch-size', '96', '--patch-overlap', '32', '--repeats', '1', '--batch-size', '2',
+        '--device', 'cpu', '--skip-mmrotate', '--out', str(out)])
+    assert json.loads(out.read_text()) == result
+    assert result['num_gts'] > 0 and set(result['runs']) == {'ours_bs1', 'ours_bs2',
+                                                             'tools/infer.py'}
+    for name in ('ours_bs1', 'ours_bs2'):
+        run = result['runs'][name]
+        assert run['median_s'] > 0 and 0 <= run['ap50'] <= 1
+    assert result['runs']['tools/infer.py']['end_to_end_s'] > 0
+    # the mosaic's ground truth, as detections, is found whole
+    image, gts = bench_huge_image.make_mosaic(root, 2, str(tmp_path), SYNTHETIC_CLASSES)
+    assert bench_huge_image.ap50(gts['bboxes'], np.ones(len(gts['labels'])), gts['labels'], gts,
+                                 len(SYNTHETIC_CLASSES)) == 1.0
+    shifted = gts['bboxes'] + np.array([40, 0, 0, 0, 0], np.float32)
+    assert bench_huge_image.ap50(shifted, np.ones(len(gts['labels'])), gts['labels'], gts,
+                                 len(SYNTHETIC_CLASSES)) < 0.5
