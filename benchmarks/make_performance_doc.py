@@ -502,6 +502,30 @@ def step_memory(path, d):
 
 
 # (title, file stem, benchmark script, renderer)
+def huge_image(path, d):
+    rows = []
+    for name, run in d['runs'].items():
+        if name == 'tools/infer.py':
+            continue
+        rows.append([f'`{name}`', num(run['first_s']), num(run['median_s']),
+                     str(run['num_detections']), num(run['ap50']),
+                     num(run.get('speedup_vs_mmrotate')) if 'speedup_vs_mmrotate' in run else DASH])
+    command = d['runs'].get('tools/infer.py', {}).get('end_to_end_s')
+    height, width = d['image_size']
+    return [f"One {width} x {height} image, a mosaic of {d['tiles']} x {d['tiles']} annotated "
+            f"synthetic images ({d['num_gts']} objects), detected by {d['patch_size']} patches "
+            f"overlapping by {d['overlap']} and merged by a class-wise rotated NMS at IoU "
+            f"{d['merge_iou_thr']}, with one mmrotate checkpoint: ours (`RotatedDetector`, what "
+            f"`tools/infer.py` runs; `bs` patches a forward) against mmrotate's "
+            f"`inference_detector_by_patches` (what its `demo/huge_image_demo.py` calls, one "
+            f"patch a forward). The first call includes the warm-up; then the median of later "
+            f"calls. AP50 against the mosaic's objects (VOC07 11 points).",
+            table(['run', 'first call (s)', 'median (s)', 'detections', 'AP50',
+                   'speed-up over mmrotate'], rows)] + (
+        [f"`tools/infer.py` on the image, end to end in its own process (start-up, model, "
+         f"patches, writing the detections): {num(command)} s."] if command else [])
+
+
 def startup(path, d):
     parts = [f"From `python tools/train.py` and `python tools/test.py` (`{d['config']}`, a "
              f"checkpoint of its initial weights) to the end of their first {d['steps']} steps, "
@@ -545,6 +569,8 @@ SECTIONS = [
      data_loading),
     ('Training on several GPUs', 'multi_gpu', 'benchmarks/detector/bench_multi_gpu.py',
      multi_gpu),
+    ('Huge images by patches', 'huge_image', 'benchmarks/detector/bench_huge_image.py',
+     huge_image),
     ('Start-up of the tools', 'startup', 'benchmarks/profiling/startup_phases.py', startup),
 ]
 

@@ -51,8 +51,8 @@ def parse_args(argv=None):
 
 
 def make_mosaic(data_root: str, tiles: int, work: str, classes) -> tuple:
-    """(path of the mosaic PNG, gts dict(bboxes (N, 5) le90, labels (N,))) from the first
-    tiles² images of data_root/val."""
+    """(path of the mosaic PNG, its (height, width), gts dict(bboxes (N, 5) le90, labels
+    (N,))) from the first tiles² images of data_root/val."""
     import cv2
     from mmengine.registry import init_default_scope
     from mmdet.registry import DATASETS
@@ -80,7 +80,7 @@ def make_mosaic(data_root: str, tiles: int, work: str, classes) -> tuple:
             labels.append(inst['bbox_label'])
     path = osp.join(work, 'mosaic.png')
     cv2.imwrite(path, mosaic)
-    return path, dict(bboxes=np.array(boxes, np.float32).reshape(-1, 5),
+    return path, mosaic.shape[:2], dict(bboxes=np.array(boxes, np.float32).reshape(-1, 5),
                       labels=np.array(labels, np.int64),
                       bboxes_ignore=np.zeros((0, 5), np.float32),
                       labels_ignore=np.zeros((0,), np.int64))
@@ -163,7 +163,7 @@ def main(argv=None):
     work = tempfile.mkdtemp(prefix='huge_image_')
     detector = our_detector(args, 1)
     classes = detector.classes  # (the checkpoint's: the mosaic's labels follow them)
-    image, gts = make_mosaic(args.data_root, args.tiles, work, classes)
+    image, image_size, gts = make_mosaic(args.data_root, args.tiles, work, classes)
     runs = dict(ours_bs1=run_ours(args, detector, image))
     if args.batch_size != 1:
         runs[f'ours_bs{args.batch_size}'] = run_ours(args, our_detector(args, args.batch_size),
@@ -171,7 +171,8 @@ def main(argv=None):
     if not args.skip_mmrotate:
         runs['mmrotate'] = run_mmrotate(args, image)
     result = dict(
-        command=' '.join(sys.argv), tiles=args.tiles, num_gts=int(len(gts['labels'])), patch_size=args.patch_size, overlap=args.patch_overlap,
+        command=' '.join(sys.argv), tiles=args.tiles, image_size=list(map(int, image_size)),
+        num_gts=int(len(gts['labels'])), patch_size=args.patch_size, overlap=args.patch_overlap,
         merge_iou_thr=MERGE_IOU, device=torch.cuda.get_device_name() if
         args.device.startswith('cuda') else 'cpu', torch=torch.__version__, runs={})
     for name, run in runs.items():

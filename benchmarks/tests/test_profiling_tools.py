@@ -228,7 +228,8 @@ def test_huge_image_bench_runs_ours_on_a_mosaic(tmp_path):
         assert run['median_s'] > 0 and 0 <= run['ap50'] <= 1
     assert result['runs']['tools/infer.py']['end_to_end_s'] > 0
     # the mosaic's ground truth, as detections, is found whole
-    image, gts = bench_huge_image.make_mosaic(root, 2, str(tmp_path), SYNTHETIC_CLASSES)
+    _, shape, gts = bench_huge_image.make_mosaic(root, 2, str(tmp_path), SYNTHETIC_CLASSES)
+    assert tuple(shape) == (192, 192) and result['image_size'] == [192, 192]
     assert bench_huge_image.ap50(gts['bboxes'], np.ones(len(gts['labels'])), gts['labels'], gts,
                                  len(SYNTHETIC_CLASSES)) == 1.0
     shifted = gts['bboxes'] + np.array([40, 0, 0, 0, 0], np.float32)
