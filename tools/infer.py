@@ -4,7 +4,7 @@
     python tools/infer.py INPUTS... --model model.pt2 --out-dir DIR [the same options]
         [--patch-overlap 200] [--scales 1.0 ...] [--score-thr 0.05] [--merge-iou-thr 0.1]
         [--batch-size N] [--device cuda|cpu] [--dota-submission] [--vis-max-size 2048]
-        [--vis-score-thr 0.3] [--no-vis] [--equivariant]
+        [--vis-score-thr 0.3] [--no-vis] [--equivariant] [--amp]
 
 INPUTS are images, folders (their images) or globs. --model runs a package that tools/export.py
 wrote (redet_plugin.deploy) instead of a config and checkpoint. Writes DIR/preds/<name>.txt (DOTA format:
@@ -50,6 +50,8 @@ def parse_args(argv=None):
     parser.add_argument('--equivariant', action='store_true',
                         help="keep e2cnn's modules (by default the backbone and neck run as plain "
                         'convolutions with folded batch norms: the same detections, faster)')
+    parser.add_argument('--amp', action='store_true',
+                        help='fp16 autocast, as tools/test.py --amp; needs a GPU')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config entries, e.g. model.test_cfg.rcnn.max_per_img=500')
     args = parser.parse_args(argv)
@@ -58,9 +60,9 @@ def parse_args(argv=None):
         if len(args.inputs) < 3:
             parser.error('expected INPUTS... CONFIG CHECKPOINT (or INPUTS... --model PACKAGE)')
         args.inputs, (args.config, args.checkpoint) = args.inputs[:-2], args.inputs[-2:]
-    elif args.cfg_options or args.equivariant:
-        parser.error('--cfg-options and --equivariant apply to a config, not to --model (the '
-                     'export fixed them)')
+    elif args.cfg_options or args.equivariant or args.amp:
+        parser.error('--cfg-options, --equivariant and --amp apply to a config, not to --model '
+                     '(the export fixed them: tools/export.py --dtype float16)')
     return args
 
 
@@ -89,13 +91,17 @@ def main(argv=None):
 
     from redet_plugin.evaluation.task1_files import Task1Writer
     from redet_plugin.deploy import PackageMismatchError
-    from redet_plugin.inference import CheckpointMismatchError, ImageReadError, ImageSource, RotatedDetector
+    from redet_plugin.inference import (CheckpointMismatchError, ImageReadError, ImageSource,
+                                        RotatedDetector, default_device)
     from redet_plugin.inference.outputs import render_detections, write_dota_predictions
 
     if args.checkpoint is not None and not osp.isfile(args.checkpoint):
         fail(f'checkpoint {args.checkpoint!r} does not exist')
     if args.vis_max_size < 1:
         fail(f'--vis-max-size must be positive, got {args.vis_max_size}')
+    if args.amp and not (args.device or default_device()).startswith('cuda'):
+        fail('--amp needs a GPU (fp16 autocast runs on a CUDA device); ' +
+             (f'--device is {args.device}' if args.device else 'none is available'))
     patching = dict(patch_size=args.patch_size, patch_overlap=args.patch_overlap, scales=args.scales,
                     batch_size=args.batch_size, score_thr=args.score_thr,
                     merge_iou_thr=args.merge_iou_thr)
@@ -106,7 +112,7 @@ def main(argv=None):
         else:
             detector = RotatedDetector(args.config, args.checkpoint, device=args.device,
                                        cfg_options=args.cfg_options, plain=not args.equivariant,
-                                       **patching)
+                                       amp=args.amp, **patching)
     except CheckpointMismatchError as error:
         fail(str(error))
     except (ValueError, PackageMismatchError) as error:  # an argument out of range, no config

@@ -14,12 +14,18 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
+from mmengine.runner.amp import autocast
 
 from ..structures.padded_results import PendingOutputs, keep_padding
 from ..utils.checkpoint_check import CheckpointMismatchError, check_model_classes, load_checked_checkpoint
 from .image_source import ImageSource
 from .patch_inference import Detections, check_patch_args, detect_by_patches
 from .plain_model import make_plain
+
+
+def default_device() -> str:
+    """Where RotatedDetector runs without a `device`: 'cuda' when torch sees a GPU, else 'cpu'."""
+    return 'cuda' if torch.cuda.is_available() else 'cpu'
 
 
 @dataclass
@@ -65,6 +71,8 @@ class RotatedDetector:
         plain: run the backbone and neck as plain convolutions with folded batch norms
             (inference/plain_model.py: the same detections up to float rounding, faster);
             False keeps e2cnn's modules.
+        amp: run the model under fp16 autocast (mmengine's, as `tools/test.py --amp`); CUDA
+            devices only.
     A checkpoint trained on other classes than the config's, or of another model, raises
     CheckpointMismatchError (one line naming the file).
     """
@@ -72,9 +80,13 @@ class RotatedDetector:
     def __init__(self, config, checkpoint: Optional[str] = None, device: Optional[str] = None,
                  patch_size: int = 1024, patch_overlap: int = 200, scales: Sequence[float] = (1.0,),
                  batch_size: int = 1, score_thr: float = 0.05, merge_iou_thr: float = 0.1,
-                 cfg_options: Optional[dict] = None, plain: bool = True) -> None:
+                 cfg_options: Optional[dict] = None, plain: bool = True,
+                 amp: bool = False) -> None:
         self._set_patching(patch_size, patch_overlap, scales, batch_size, score_thr, merge_iou_thr)
-        self.device = torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+        self.device = torch.device(device or default_device())
+        if amp and self.device.type != 'cuda':
+            raise ValueError(f'amp=True (fp16 autocast) needs a CUDA device; got {self.device}')
+        self.amp = bool(amp)
         self.model, self.classes, self.palette = _build_model(config, checkpoint, self.device, cfg_options)
         if plain:
             make_plain(self.model)
@@ -110,7 +122,7 @@ class RotatedDetector:
             inputs.append(torch.from_numpy(np.ascontiguousarray(pixels.transpose(2, 0, 1))))
             samples.append(DetDataSample(metainfo=dict(
                 img_shape=(height, width), ori_shape=(height, width), scale_factor=(1.0, 1.0))))
-        with keep_padding():
+        with keep_padding(), autocast(enabled=self.amp):
             outputs = self.model.test_step(dict(inputs=inputs, data_samples=samples))
         return _ReadLater(PendingOutputs(outputs))
 

@@ -123,3 +123,42 @@ def test_the_apis_patches_are_the_models_test_step(checkpoint, images):
         np.testing.assert_array_equal(ours.boxes, pred.bboxes.numpy().reshape(-1, 5))
         np.testing.assert_array_equal(ours.scores, pred.scores.numpy())
         np.testing.assert_array_equal(ours.labels, pred.labels.numpy())
+
+
+def test_amp_needs_a_gpu_and_a_config(tmp_path, checkpoint, images, monkeypatch):
+    from tools.infer import main
+    from redet_plugin.inference import RotatedDetector
+    folder, _ = images
+    args = [str(folder / 'colour.png'), CONFIG, checkpoint[0], '--out-dir', str(tmp_path),
+            '--amp']
+    with pytest.raises(SystemExit, match=r'^error: --amp needs a GPU .*--device is cpu$'):
+        main(args + ['--device', 'cpu'])
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    with pytest.raises(SystemExit, match=r'^error: --amp needs a GPU .*none is available$'):
+        main(args)
+    with pytest.raises(SystemExit) as stopped:  # (a package runs in the dtype it was exported in)
+        main([str(folder / 'colour.png'), '--model', 'model.pt2', '--out-dir', str(tmp_path),
+              '--amp'])
+    assert stopped.value.code == 2
+    with pytest.raises(ValueError, match=r'^amp=True \(fp16 autocast\) needs a CUDA device; got cpu$'):
+        RotatedDetector(CONFIG, checkpoint[0], device='cpu', amp=True)
+
+
+@pytest.mark.cuda
+def test_amp_runs_the_model_in_fp16(checkpoint, images):
+    from redet_plugin.inference import RotatedDetector
+    _, colour = images
+    found, dtypes = {}, []
+    for amp in (False, True):
+        detector = RotatedDetector(CONFIG, checkpoint[0], device='cuda', patch_size=128,
+                                   patch_overlap=32, score_thr=0.0, amp=amp)
+        hook = detector.model.neck.register_forward_hook(
+            lambda module, args, outputs: dtypes.append(outputs[0].dtype))
+        found[amp] = detector.predict(colour)
+        hook.remove()
+    assert torch.float32 in dtypes and torch.float16 in dtypes
+    assert dtypes[-1] == torch.float16 and dtypes[0] == torch.float32
+    # an untrained model: fp16 moves its near-equal scores, so only the outputs' form is held
+    for result in found.values():
+        assert len(result) > 0 and np.isfinite(result.boxes).all()
+        assert ((result.scores >= 0) & (result.scores <= 1)).all()
