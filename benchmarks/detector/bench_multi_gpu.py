@@ -1,7 +1,9 @@
 """ReDet R50 at 1024 x 1024 on one GPU and on two (tools/dist_train.sh), side by side.
 
 Every run trains the synthetic-1024 config from scratch with the project's fastest setting
-(backbone + neck as CUDA graphs, --amp) and --auto-scale-lr, then tests through the tools:
+(the whole training step as one CUDA graph, on 2 GPUs with its gradient all-reduce inside it:
+RedetDistributedDataParallel; --amp; --eager-step keeps the eager step with the backbone + neck
+as CUDA graphs) and --auto-scale-lr, then tests through the tools:
   speed_1gpu  1 GPU, batch 2: the images/s two GPUs are measured against (--speed-epochs epochs)
   dist2       2 GPUs x batch 2 (tools/dist_train.sh), --epochs epochs; tested on 1 GPU
   dist2_test  tools/dist_test.sh on 2 GPUs with dist2's checkpoint: its detections against the
@@ -25,7 +27,6 @@ import os.path as osp
 import pickle
 import shutil
 import socket
-import subprocess
 import sys
 import time
 
@@ -56,6 +57,8 @@ def parse_args(argv=None):
     p.add_argument('--runs', nargs='+', default=list(RUNS), choices=RUNS)
     p.add_argument('--timeout', type=int, default=900, help='seconds per training or test process')
     p.add_argument('--budget-s', type=int, help='seconds for the whole benchmark (default: none)')
+    p.add_argument('--eager-step', action='store_true',
+                   help='train with the eager step (model.cuda_graph_step=False)')
     p.add_argument('--cpu', action='store_true', help='check the script without a GPU')
     args = p.parse_args(argv)
     for name in ('epochs', 'speed_epochs', 'log_interval', 'num_train', 'num_val', 'image_size'):
@@ -129,7 +132,8 @@ def train_command(args, config, work_dir, gpus, batch, epochs):
             [sys.executable, osp.join(REPO, 'tools/train.py'), config])
     return tool + ['--work-dir', work_dir, '--auto-scale-lr'] + ([] if args.cpu else ['--amp']) + [
         '--cfg-options', f'train_dataloader.batch_size={batch}', f'train_cfg.max_epochs={epochs}',
-        f'default_hooks.checkpoint.interval={epochs}']
+        f'default_hooks.checkpoint.interval={epochs}',
+        f'model.cuda_graph_step={not args.eager_step}']
 
 
 def test_command(config, checkpoint, work_dir, gpus):
@@ -265,7 +269,9 @@ def main(argv=None):
     config = write_config(args, osp.join(args.log_dir, 'multi_gpu.py'))
     result = dict(
         what='ReDet R50 (ReResNet-50 + ReFPN) at 1024 x 1024 on 1 and 2 GPUs: tools/train.py vs '
-             'tools/dist_train.sh, CUDA-graph features + AMP, trained from scratch on synthetic '
+             'tools/dist_train.sh, ' + ('CUDA-graph features' if args.eager_step else
+                                         'the captured training step') +
+             ' + AMP, trained from scratch on synthetic '
              'DOTA-format images (benchmarks/detector/bench_multi_gpu.py)',
         command=' '.join(['python -m benchmarks.detector.bench_multi_gpu']
                          + (argv if argv is not None else sys.argv[1:])),
@@ -273,7 +279,8 @@ def main(argv=None):
         settings=dict(config=osp.relpath(CONFIG, REPO), batch_per_gpu=BATCH_PER_GPU,
                       total_batch_2gpu=2 * BATCH_PER_GPU, epochs=args.epochs,
                       speed_epochs=args.speed_epochs, amp=not args.cpu,
-                      cuda_graph_features=not args.cpu, auto_scale_lr=True,
+                      cuda_graph_features=not args.cpu, cuda_graph_step=not args.eager_step,
+                      auto_scale_lr=True,
                       log_interval=args.log_interval, skip=args.skip, workers=args.workers,
                       resize=args.resize or 1024, data_root=args.data_root, images=images,
                       cpu_check=args.cpu),
