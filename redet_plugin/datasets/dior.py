@@ -153,4 +153,3 @@ class DIORDataset(BadImagesMixin, ListedXMLDataset):
             instances.append(dict(bbox=rbox, bbox_label=label, ignore_flag=int(ignore),
                                   polygon=corners, difficulty=difficult))
         return instances
-

@@ -181,4 +181,3 @@ class HRSCDataset(BadImagesMixin, ListedXMLDataset):
                 instance['head'] = head
             instances.append(instance)
         return instances
-
