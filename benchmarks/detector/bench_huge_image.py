@@ -28,6 +28,8 @@ import time
 import numpy as np
 import torch
 
+from benchmarks.detector.bench_detector_vs_mmrotate import environment
+
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 MERGE_IOU = 0.1
 
@@ -173,8 +175,8 @@ def main(argv=None):
     result = dict(
         command=' '.join(sys.argv), tiles=args.tiles, image_size=list(map(int, image_size)),
         num_gts=int(len(gts['labels'])), patch_size=args.patch_size, overlap=args.patch_overlap,
-        merge_iou_thr=MERGE_IOU, device=torch.cuda.get_device_name() if
-        args.device.startswith('cuda') else 'cpu', torch=torch.__version__, runs={})
+        merge_iou_thr=MERGE_IOU, environment=environment(int(args.device.startswith('cuda'))),
+        runs={})
     for name, run in runs.items():
         boxes, scores, labels = run.pop('detections')
         run.update(num_detections=int(len(scores)), ap50=ap50(boxes, scores, labels, gts,

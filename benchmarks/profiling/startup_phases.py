@@ -148,21 +148,17 @@ def main(argv=None):
         options += [f'{loader}.num_workers=0' for loader in LOADERS] + \
                    [f'{loader}.persistent_workers=False' for loader in LOADERS] + \
                    [f'{loader}.dataset.synthetic.image_size=96' for loader in LOADERS]
-    env_note = {}
-    try:
-        import torch
-        env_note = dict(torch=torch.__version__, cuda=torch.version.cuda,
-                        device=torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')
-    except Exception:  # noqa: BLE001 - a note only
-        pass
     train = measure('train', [config, '--work-dir', osp.join(work, 'train'), '--cfg-options',
                               *options], args.steps)
     checkpoint = osp.join(work, 'ckpt.pth')
     _save_initial_checkpoint(config, checkpoint)
     test = measure('test', [config, checkpoint, '--work-dir', osp.join(work, 'test'),
                             '--cfg-options', *options], args.steps)
-    result = dict(config=osp.relpath(config, ROOT), steps=args.steps, environment=env_note,
-                  runs=[train, test])
+    import torch
+
+    from benchmarks.detector.bench_detector_vs_mmrotate import environment
+    result = dict(config=osp.relpath(config, ROOT), steps=args.steps,
+                  environment=environment(torch.cuda.device_count()), runs=[train, test])
     text = json.dumps(result, indent=1)
     if args.out:
         with open(args.out, 'w') as f:
