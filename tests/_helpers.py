@@ -4,6 +4,7 @@ ship in redet_plugin/testing.py. mm imports stay inside the functions, so that t
 torch and the ops only."""
 import math
 import os.path as osp
+import socket
 
 import torch
 
@@ -41,6 +42,14 @@ def assert_close_to_scale(ours, ref, tol):
     for a, b in zip(ours, ref, strict=True):
         scale = max(1.0, b.abs().max().item())
         torch.testing.assert_close(a.cpu().double(), b.cpu().double(), rtol=tol, atol=tol * scale)
+
+
+# ---- processes ----------------------------------------------------------------------------------
+def free_port() -> int:
+    """A TCP port of this host that nothing listens on (a process group's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
 
 
 # ---- depth-aware flow projection ----------------------------------------------------------------

@@ -3,7 +3,6 @@ CPU: its gradients are DDP's, and GraphCache.graph_for with its agreement makes 
 capture together, replay together and run eagerly together. The captured step itself needs a
 GPU: tests/test_cuda_graphs/test_captured_training.py runs it under DDP with NCCL."""
 import multiprocessing
-import socket
 import traceback
 
 import pytest
@@ -13,17 +12,13 @@ from torch import nn
 
 from redet_plugin.cuda_graphs.distributed_step import DistributedStep
 from redet_plugin.cuda_graphs.graph_cache import GraphCache
+from tests._helpers import free_port
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                                 reason='needs torch.distributed with gloo')
 WORLD_SIZE = 2
 TIMEOUT_S = 120
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def _process(check, rank, port, errors):
@@ -41,7 +36,7 @@ def _process(check, rank, port, errors):
 def run_processes(check):
     """check(rank) in WORLD_SIZE spawned processes of one gloo group; their errors raised."""
     context = multiprocessing.get_context('spawn')
-    errors, port = context.Queue(), _free_port()
+    errors, port = context.Queue(), free_port()
     processes = [context.Process(target=_process, args=(check, rank, port, errors))
                  for rank in range(WORLD_SIZE)]
     for p in processes:

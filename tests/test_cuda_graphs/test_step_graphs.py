@@ -16,7 +16,7 @@ from redet_plugin.cuda_graphs import StepGraphs
 from redet_plugin.cuda_graphs.step_graphs import gt_capacity
 from redet_plugin.utils.deferred_scalars import attach_queue, detach_queue
 from redet_plugin.testing import waits_for_nothing
-from tests._helpers import full_fp32, make_samples, tiny_detector
+from tests._helpers import free_port, full_fp32, make_samples, tiny_detector
 
 
 def _detector(device='cpu', **step_options):
@@ -230,16 +230,11 @@ def test_capture_lr_context_restores_the_param_groups():
 def world_of_one():
     """A process group of this process alone (gloo on the CPU, NCCL with a GPU), ended after
     the test."""
-    import socket
-
     import torch.distributed as dist
     if not dist.is_available():
         pytest.skip('needs torch.distributed')
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
     backend = 'nccl' if torch.cuda.is_available() else 'gloo'
-    dist.init_process_group(backend, init_method=f'tcp://127.0.0.1:{port}', rank=0,
+    dist.init_process_group(backend, init_method=f'tcp://127.0.0.1:{free_port()}', rank=0,
                             world_size=1)
     try:
         yield backend

@@ -28,7 +28,6 @@ import multiprocessing
 import os
 import os.path as osp
 import pickle
-import socket
 import sys
 
 import pytest
@@ -37,6 +36,7 @@ import torch.distributed as dist
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.datasets.synthetic import ensure_synthetic_dota
+from tests._helpers import free_port
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -109,11 +109,6 @@ def config(tmp_path_factory):
     return str(path)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
 
 def _process(main, argv, rank, world_size, port):
     if world_size > 1:  # what torchrun gives each process
@@ -134,7 +129,7 @@ def run_tool(main, argv, world_size):
     # Spawned, not forked: a fork copies a pytest process that earlier tests have left with
     # threads (torch's thread pools, autograd's device threads, CUDA), and a lock held by one of
     # them at the fork hangs the child (seen in a whole-suite run on the CPU).
-    context, port = multiprocessing.get_context('spawn'), _free_port()
+    context, port = multiprocessing.get_context('spawn'), free_port()
     processes = [context.Process(target=_process, args=(main, argv, rank, world_size, port))
                  for rank in range(world_size)]
     for p in processes:
