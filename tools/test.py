@@ -59,6 +59,13 @@ def build_config(args) -> Config:
 def main(argv=None):
     args = parse_args(argv)
     cfg = build_config(args)
+    metrics = run_test(args, cfg)
+    end_distributed()
+    return metrics
+
+
+def run_test(args, cfg) -> dict:
+    """The Runner lives only here: ending the process group needs it gone (end_distributed)."""
     check_data_folders(cfg, ('test_dataloader',))
     setup_cpu_distributed(cfg)
     runner = Runner.from_cfg(cfg)
@@ -77,7 +84,6 @@ def main(argv=None):
     if runner.rank == 0:  # for scripts (scripts/demo_main.py) and for the record
         with open(osp.join(cfg.work_dir, 'test_metrics.json'), 'w') as f:
             json.dump(metrics, f, indent=1)
-    end_distributed()
     return metrics
 
 

@@ -75,6 +75,12 @@ def build_config(args) -> Config:
 def main(argv=None):
     args = parse_args(argv)
     cfg = build_config(args)
+    run_training(cfg)
+    end_distributed()
+
+
+def run_training(cfg) -> None:
+    """The Runner lives only here: ending the process group needs it gone (end_distributed)."""
     check_data_folders(cfg, ('train_dataloader', 'val_dataloader'))
     setup_cpu_distributed(cfg)
     runner = Runner.from_cfg(cfg)
@@ -102,7 +108,6 @@ def main(argv=None):
             checked = checked_checkpoint_load(runner, load_from, strict=False)
         with checked, training_stops_in_one_line():
             runner.train()
-    end_distributed()
 
 
 if __name__ == '__main__':

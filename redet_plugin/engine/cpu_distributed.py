@@ -1,6 +1,7 @@
 """tools/train.py and tools/test.py under torchrun (tools/dist_*.sh, --launcher pytorch) on a
 machine without a GPU: the processes run on the CPU over gloo."""
 import datetime
+import gc
 
 import torch
 import torch.distributed as dist
@@ -40,9 +41,12 @@ def setup_cpu_distributed(cfg) -> None:
 
 
 def end_distributed() -> None:
-    """Ends the process group, once every process has come here. A process that exited first
-    would take rank 0's store away from one still ending its group: that one then aborts at exit
-    ("terminate called without an active exception") after a run that went well."""
+    """Ends the process group, once every process has come here and has let go of its Runner.
+    A DistributedDataParallel wrapper still alive holds the group (its reducer); torch then tears
+    that group down at interpreter exit, and a process whose peer has exited by then aborts
+    ("terminate called without an active exception") after a run that went well. The Runner is
+    in reference cycles (its hooks), so only the garbage collector frees it."""
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()

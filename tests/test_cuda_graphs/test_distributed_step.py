@@ -2,6 +2,7 @@
 CPU: its gradients are DDP's, and GraphCache.graph_for with its agreement makes the processes
 capture together, replay together and run eagerly together. The captured step itself needs a
 GPU: tests/test_cuda_graphs/test_captured_training.py runs it under DDP with NCCL."""
+import gc
 import multiprocessing
 import traceback
 
@@ -28,6 +29,7 @@ def _process(check, rank, port, errors):
         try:
             check(rank)
         finally:
+            gc.collect()  # a DDP wrapper left alive holds the group past its destruction
             dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - reported to the test
         errors.put(f'rank {rank}:\n{traceback.format_exc()}')

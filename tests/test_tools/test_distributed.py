@@ -22,6 +22,7 @@ data set's order, and the same mAP.
 The processes are spawned (a fork of this multi-threaded process can hang) and hide any GPU, so
 the test runs the CPU path on every machine.
 """
+import gc
 import glob
 import json
 import multiprocessing
@@ -119,7 +120,19 @@ def _process(main, argv, rank, world_size, port):
     import mmengine.device.utils
     torch.cuda.is_available = lambda: False
     mmengine.device.utils.DEVICE = 'cpu'
+    dist.destroy_process_group = _destroy_without_wrappers(dist.destroy_process_group)
     main(argv)
+
+
+def _destroy_without_wrappers(destroy):
+    """destroy_process_group that fails where a DDP wrapper is still alive: it holds the group,
+    which torch then tears down at exit, and that aborts now and then once a peer has exited."""
+    def checked(*args, **kwargs):
+        gc.collect()
+        if any(isinstance(o, torch.nn.parallel.DistributedDataParallel) for o in gc.get_objects()):
+            raise AssertionError('a DistributedDataParallel wrapper outlives the run')
+        destroy(*args, **kwargs)
+    return checked
 
 
 def run_tool(main, argv, world_size):
