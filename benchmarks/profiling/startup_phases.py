@@ -171,19 +171,23 @@ def main(argv=None):
 
 
 def _save_initial_checkpoint(config: str, path: str) -> None:
-    """The config's model as initialised, saved as a checkpoint for tools/test.py."""
+    """The config's model as initialised, saved as a checkpoint for tools/test.py with the
+    classes of the config's test set (tools/test.py refuses a checkpoint of other classes)."""
     import torch
-    from mmdet.registry import MODELS
+    from mmdet.registry import DATASETS, MODELS
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
 
     import redet_plugin.mm  # noqa: F401
-    from redet_plugin.datasets import SYNTHETIC_CLASSES
     init_default_scope('mmdet')
-    model = MODELS.build(Config.fromfile(config).model)
+    cfg = Config.fromfile(config)
+    dataset = cfg.test_dataloader.dataset
+    classes = (dataset.get('metainfo') or {}).get('classes') or \
+        DATASETS.get(dataset.type).METAINFO['classes']
+    model = MODELS.build(cfg.model)
     model.init_weights()
     torch.save({'state_dict': model.state_dict(),
-                'meta': {'dataset_meta': {'classes': SYNTHETIC_CLASSES}}}, path)
+                'meta': {'dataset_meta': {'classes': tuple(classes)}}}, path)
 
 
 if __name__ == '__main__':

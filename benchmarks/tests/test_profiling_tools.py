@@ -199,6 +199,19 @@ def test_startup_phases_runs_both_tools_to_their_first_steps(tmp_path):
         row['phase'] for row in result['runs'][1]['phases']]
 
 
+def test_startup_checkpoint_has_the_classes_of_the_config_test_set(tmp_path):
+    """The R50 config tests on DOTA's 15 classes (the synthetic set's 5 are among them):
+    tools/test.py refuses a checkpoint saved with other classes."""
+    import torch
+
+    from benchmarks.profiling import startup_phases
+    from redet_plugin.datasets.dota import DOTA_V1_CLASSES
+    path = str(tmp_path / 'r50.pth')
+    startup_phases._save_initial_checkpoint(startup_phases.R50, path)
+    meta = torch.load(path, weights_only=True)['meta']
+    assert meta['dataset_meta']['classes'] == tuple(DOTA_V1_CLASSES)
+
+
 def test_huge_image_bench_runs_ours_on_a_mosaic(tmp_path):
     """Ours alone (mmcv's RiRoIAlignRotated, which mmrotate's ReDet needs, has no CPU kernel):
     the mosaic's ground truth, the two batch sizes and the command."""
