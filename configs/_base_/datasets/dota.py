@@ -27,7 +27,9 @@ test_pipeline = [
 # 8 workers load 50 to 75 batches of two 1024² images a second on the 16-core GPU machine
 # (benchmarks/detector/bench_data_loading.py, docs/performance.md; the host's speed varies from
 # run to run), ahead of the captured `--amp` step (about 34 a second); 4 load 36 to 56, which in
-# a slow run leaves the step no margin.
+# a slow run leaves the step no margin. Validation and test take 8 too: decoding a 1024² PNG
+# (most of a worker's time per image) takes longer than the test forward, so with 2 workers the
+# GPU waited for data most of each image.
 train_dataloader = dict(
     batch_size=2, num_workers=8, persistent_workers=True,
     # pinned images: the data preprocessor's non_blocking copy overlaps the GPU's work
@@ -38,7 +40,7 @@ train_dataloader = dict(
                  data_prefix=dict(img_path='train/images/'), filter_cfg=dict(filter_empty_gt=True),
                  pipeline=train_pipeline))
 val_dataloader = dict(
-    batch_size=1, num_workers=2, persistent_workers=True, drop_last=False,
+    batch_size=1, num_workers=8, persistent_workers=True, drop_last=False,
     # pinned images: the data preprocessor's copy to the GPU is a DMA the host does not wait
     # for (a pageable image is first copied by the host into a staging buffer)
     pin_memory=True,
@@ -49,7 +51,7 @@ val_evaluator = dict(type='RedetDOTAMetric', iou_thrs=0.5, ap_method='11points')
 
 # Test set (no annotations): write Task1 submission files, patches merged to full images.
 test_dataloader = dict(
-    batch_size=1, num_workers=2, persistent_workers=True, drop_last=False, pin_memory=True,
+    batch_size=1, num_workers=8, persistent_workers=True, drop_last=False, pin_memory=True,
     sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(type=dataset_type, data_root=data_root, ann_file='',
                  data_prefix=dict(img_path='test/images/'), test_mode=True, pipeline=test_pipeline))

@@ -45,7 +45,7 @@ val_evaluator = None
 # Test set (no annotations): the patches of all three rates merged back into each full image
 # (rotated NMS at IoU 0.1) and written as DOTA Task1 submission files, one per class.
 test_dataloader = dict(
-    batch_size=1, num_workers=2, persistent_workers=True, drop_last=False, pin_memory=True,
+    batch_size=1, num_workers=8, persistent_workers=True, drop_last=False, pin_memory=True,
     sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(type=dataset_type, data_root=data_root, ann_file='',
                  data_prefix=dict(img_path='test/images/'), test_mode=True, pipeline=test_pipeline))
