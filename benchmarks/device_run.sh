@@ -39,9 +39,10 @@ if [ -d .devwheels ]; then
 fi
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv >> "$LOGS/setup.log"
 # The image's default CXX (/opt/gcc/bin/g++ wrapper) links no shared libstdc++: C++ errors then
-# crash. Our build and DAIN's (in the flow benchmark too) use /usr/bin/g++.
+# crash. Our build, DAIN's (in the flow benchmark too) and what the tests compile (AOTInductor
+# packages, whose .so built by the wrapper crashes when loaded; the C++ example) use /usr/bin/g++.
 BUILD_CXX="${CXX_OVERRIDE:-$( [ -x /usr/bin/g++ ] && echo /usr/bin/g++ || echo "${CXX:-c++}")}"
-export PYTHONPATH="$PWD:${PYTHONPATH:-}" TORCH_CUDA_ARCH_LIST=9.0
+export PYTHONPATH="$PWD:${PYTHONPATH:-}" TORCH_CUDA_ARCH_LIST=9.0 CXX="$BUILD_CXX"
 # DAIN's kernels (two files) build beside ours; the flow benchmark then loads them without compiling.
 if [ -d "$DAIN_SRC" ]; then
   ( CXX="$BUILD_CXX" timeout "$(limit 300)" python3 -m benchmarks.ops._peer_build "$DAIN_SRC" --name dain_depthflowprojection_cuda \

@@ -206,9 +206,9 @@ def re_resnet(path, d):
 DETECTOR_RUNS = {
     'mmrotate': "mmrotate-dev's ReDet (its config and tools)",
     'mmrotate_ops': "mmrotate's config with our RoI ops (through mmrotate's tools)",
-    'ours': 'ours, fp32',
-    'ours_amp': 'ours, `--amp`',
-    'ours_eager': 'ours, fp32, `model.cuda_graph_features=False`',
+    'ours': 'ours as shipped, fp32 (whole step and test forward captured)',
+    'ours_amp': 'ours as shipped, `--amp`',
+    'ours_eager': 'ours, fp32, `model.cuda_graphs=False` (no CUDA graph)',
     'ours_graph': 'ours, fp32, `model.cuda_graph_step=True` (the whole step as one CUDA graph), '
                   'NCHW',
     'ours_graph_amp': 'ours, `--amp`, `model.cuda_graph_step=True`, NCHW',

@@ -81,7 +81,8 @@ TINY_MODEL_BASE = osp.join(REPO, 'configs/_base_/models/redet-le90_re50_refpn.py
 
 
 def tiny_model_cfg(num_classes=3):
-    """The ReDet model config shrunk to an R18 backbone with few channels (CPU-sized)."""
+    """The ReDet model config shrunk to an R18 backbone with few channels (CPU-sized), with
+    the step and the test forward eager."""
     from mmengine.config import Config
     import redet_plugin.mm  # noqa: F401  (registers the mm layer)
     cfg = Config.fromfile(TINY_MODEL_BASE).model
@@ -95,6 +96,9 @@ def tiny_model_cfg(num_classes=3):
     cfg.train_cfg.rcnn[0].sampler.num = cfg.train_cfg.rcnn[1].sampler.num = 64
     cfg.test_cfg.rpn.update(nms_pre=200, max_per_img=100)
     cfg.train_cfg.rpn_proposal.update(nms_pre=200, max_per_img=100)
+    # the configs capture the whole step and test forward on a GPU; the tests' reference model
+    # runs them eagerly (backbone + neck as graphs) and each graph test turns its graphs on
+    cfg.update(cuda_graph_features=True, cuda_graph_step=False, cuda_graph_predict=False)
     return cfg
 
 

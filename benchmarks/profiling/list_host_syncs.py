@@ -29,7 +29,7 @@ def parse_args(argv=None):
     p.add_argument('--checkpoint', help='trained weights (else random)')
     p.add_argument('--resize', type=int, help="Resize scale (default: the config's)")
     p.add_argument('--amp', action='store_true')
-    p.add_argument('--eager', action='store_true', help='model.cuda_graph_features=False')
+    p.add_argument('--eager', action='store_true', help='no CUDA graphs (model.cuda_graphs=False)')
     p.add_argument('--captured', action='store_true',
                    help='the steps as whole CUDA graphs (model.cuda_graph_step, every batch '
                         'padded to 256 gts, and model.cuda_graph_predict): the recorded steps '

@@ -52,7 +52,7 @@ def parse_args(argv=None):
     p.add_argument('--resize', type=int, help="Resize scale (default: the config's 1024)")
     p.add_argument('--amp', action='store_true', help='forward under fp16 autocast')
     p.add_argument('--eager', action='store_true',
-                   help='model.cuda_graph_features=False (else the config\'s) for the '
+                   help='no CUDA graphs (model.cuda_graphs=False; else the config\'s) for the '
                         'uninstrumented steps; the per-part table is always eager (the parts '
                         'cannot be timed inside a graph)')
     p.add_argument('--captured', action='store_true',
@@ -296,6 +296,8 @@ def build(args):
     cfg = Config.fromfile(args.config)
     if args.eager or args.captured:
         cfg.model.cuda_graph_features = False
+    if args.eager:
+        cfg.model.cuda_graph_step = cfg.model.cuda_graph_predict = False
     if args.captured:
         cfg.model.cuda_graph_step = dict(min_gt_capacity=256, warmup_iters=1)
         cfg.model.cuda_graph_predict = True

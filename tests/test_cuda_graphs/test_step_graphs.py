@@ -287,24 +287,26 @@ def test_the_distributed_step_body_is_the_step_body(world_of_one):
     average is the process's own gradient; two processes: test_distributed_step.py)."""
     from redet_plugin.cuda_graphs.distributed_step import DistributedStep
     from redet_plugin.cuda_graphs.step_graphs import step_body
+    device = 'cuda' if world_of_one == 'nccl' else 'cpu'  # NCCL reduces CUDA tensors only
     results = []
     for distributed in (None, DistributedStep()):
-        model = _detector()
+        model = _detector(device)
         model.step_graphs = None
         wrapper = _wrapper(model, guarded=True)
         for step in range(2):
             data = _padded_batch(seed=step)
             data = model.data_preprocessor(data, True)
             torch.manual_seed(10 + step)
-            names, values, _, _ = step_body(model, data['inputs'], data['data_samples'],
-                                            wrapper, distributed)
+            with full_fp32():
+                names, values, _, _ = step_body(model, data['inputs'], data['data_samples'],
+                                                wrapper, distributed)
         results.append((dict(zip(names, values)), [p.detach().clone() for p in model.parameters()]))
     (ref_log, ref_params), (log, params) = results
     for key in ref_log:
         torch.testing.assert_close(log[key], ref_log[key], rtol=1e-5, atol=1e-6)
     for ref, ours in zip(ref_params, params):
         torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
-    assert any(not torch.equal(p, q) for p, q in zip(params, tiny_detector().parameters()))
+    assert any(not torch.equal(p, q) for p, q in zip(params, tiny_detector(device).parameters()))
 
 
 # ---- on the GPU ---------------------------------------------------------------------------------

@@ -17,9 +17,16 @@ model = dict(
         # (the annotations) CUDA stages the data before the call returns; pinned memory (the
         # images with pin_memory=True) is not reused by torch before the copy has ended
         non_blocking=True),
-    # on a GPU, backbone + neck replayed as CUDA graphs: the same results with less host time
-    # a step (redet_plugin/cuda_graphs/feature_graphs.py); False runs them eagerly
-    cuda_graph_features=True,
+    # on a GPU, the whole training step (forward, backward, clipping, optimizer step) and the
+    # whole test forward replayed as one CUDA graph each: the same results, no host time per
+    # step (docs/detector.md; redet_plugin/cuda_graphs/). Where a graph cannot serve (the CPU,
+    # more layouts than max_graphs, ...) the eager path runs, with one line saying why.
+    # `--cfg-options model.cuda_graphs=False` turns every CUDA graph off. (A dict is on with its
+    # class's default arguments; a config may then set some of them, or False.)
+    cuda_graph_step=dict(),
+    cuda_graph_predict=dict(),
+    # backbone + neck as graphs of their own would serve only the eager steps (the warm-up)
+    cuda_graph_features=False,
     # every feature map channels-last (NHWC), the layout cuDNN's TF32 and fp16 convolutions
     # use: no layout conversion around each convolution, a faster step in fp32 and under --amp
     # (docs/performance.md); the same results. False: NCHW
