@@ -226,20 +226,29 @@ def test_capture_lr_context_restores_the_param_groups():
             assert opt.param_groups[0]['fused'] == before['fused']
 
 
-@pytest.fixture
-def world_of_one():
-    """A process group of this process alone (gloo on the CPU, NCCL with a GPU), ended after
-    the test."""
+def _group_of_this_process(backend):
+    """A process group of this process alone, ended after the test."""
     import torch.distributed as dist
     if not dist.is_available():
         pytest.skip('needs torch.distributed')
-    backend = 'nccl' if torch.cuda.is_available() else 'gloo'
     dist.init_process_group(backend, init_method=f'tcp://127.0.0.1:{free_port()}', rank=0,
                             world_size=1)
     try:
         yield backend
     finally:
         dist.destroy_process_group()
+
+
+@pytest.fixture
+def world_of_one():
+    """A process group of this process alone: gloo on the CPU, NCCL with a GPU."""
+    yield from _group_of_this_process('nccl' if torch.cuda.is_available() else 'gloo')
+
+
+@pytest.fixture
+def gloo_world_of_one():
+    """A gloo process group of this process alone (CPU tensors), with or without a GPU."""
+    yield from _group_of_this_process('gloo')
 
 
 @pytest.mark.parametrize('guarded', [False, True], ids=['mmengine', 'redet'])
@@ -281,32 +290,32 @@ def test_the_captured_step_body_is_the_eager_step(guarded):
     assert any(not torch.equal(p, q) for p, q in zip(params, tiny_detector().parameters()))
 
 
-def test_the_distributed_step_body_is_the_step_body(world_of_one):
+def test_the_distributed_step_body_is_the_step_body(gloo_world_of_one):
     """step_body with DistributedStep (the parameters as aliases, the gradients set from an
     all-reduce) gives the plain step body's log values and parameters (one process: the
-    average is the process's own gradient; two processes: test_distributed_step.py)."""
+    average is the process's own gradient; two processes: test_distributed_step.py), on the
+    CPU, where both are deterministic; the captured NCCL step on a GPU:
+    test_captured_ddp_steps_give_the_eager_ddp_parameters."""
     from redet_plugin.cuda_graphs.distributed_step import DistributedStep
     from redet_plugin.cuda_graphs.step_graphs import step_body
-    device = 'cuda' if world_of_one == 'nccl' else 'cpu'  # NCCL reduces CUDA tensors only
     results = []
     for distributed in (None, DistributedStep()):
-        model = _detector(device)
+        model = _detector()
         model.step_graphs = None
         wrapper = _wrapper(model, guarded=True)
         for step in range(2):
             data = _padded_batch(seed=step)
             data = model.data_preprocessor(data, True)
             torch.manual_seed(10 + step)
-            with full_fp32():
-                names, values, _, _ = step_body(model, data['inputs'], data['data_samples'],
-                                                wrapper, distributed)
+            names, values, _, _ = step_body(model, data['inputs'], data['data_samples'],
+                                            wrapper, distributed)
         results.append((dict(zip(names, values)), [p.detach().clone() for p in model.parameters()]))
     (ref_log, ref_params), (log, params) = results
     for key in ref_log:
         torch.testing.assert_close(log[key], ref_log[key], rtol=1e-5, atol=1e-6)
     for ref, ours in zip(ref_params, params):
         torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
-    assert any(not torch.equal(p, q) for p, q in zip(params, tiny_detector(device).parameters()))
+    assert any(not torch.equal(p, q) for p, q in zip(params, tiny_detector().parameters()))
 
 
 # ---- on the GPU ---------------------------------------------------------------------------------

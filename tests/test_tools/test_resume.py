@@ -1,7 +1,7 @@
 """A training killed with SIGKILL and resumed (`tools/train.py --resume`) ends with the weights of
 the run that was never stopped, having trained on the same batches, with the same augmentations
-and learning rates; also when killed while a checkpoint is written. On the CPU to 1e-6; on a GPU,
-where the config captures the training step, within the captured step's tolerance."""
+and learning rates; also when killed while a checkpoint is written (to 1e-6, on the CPU and, with
+the step eager, on a GPU)."""
 import json
 import os
 import os.path as osp
@@ -47,6 +47,8 @@ default_hooks = dict(logger=dict(interval=1),
 custom_hooks = [dict(type='ResumeProbeHook')]
 log_processor = dict(by_epoch=False)
 randomness = dict(seed=0, deterministic=True)
+# the eager step on a GPU too: a resumed captured run is not step-for-step equal (docs/failures.md)
+model = dict(cuda_graph_step=False)
 '''
 
 
@@ -120,13 +122,6 @@ def _assert_same_run(resumed_dir, reference_dir, from_iter):
     last = f'iter_{ITERS}.pth'
     ours, theirs = _weights(osp.join(resumed_dir, last)), _weights(osp.join(reference_dir, last))
     assert ours.keys() == theirs.keys()
-    if torch.cuda.is_available():
-        # the configs capture the step on a GPU: the resumed run's eager warm-up steps stand
-        # where the reference replayed its graph (fused SGD there, foreach SGD here), so the
-        # tolerance is the captured step's against the eager one (tests/test_cuda_graphs)
-        for key in ours:
-            torch.testing.assert_close(ours[key], theirs[key], rtol=1e-4, atol=1e-5, msg=key)
-        return
     worst = max(float((ours[k].double() - theirs[k].double()).abs().max()) for k in ours
                 if ours[k].is_floating_point())
     assert worst <= 1e-6, worst
