@@ -46,8 +46,10 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `cuda` (also a parametrize case: pytest.param(..., marks=pytest.mark.cuda))
-    skip where torch sees no CUDA device."""
+    """Tests marked `slow` run first, so that with several workers (pytest -n) the longest ones
+    start at once instead of ending the run alone. Tests marked `cuda` (also a parametrize case:
+    pytest.param(..., marks=pytest.mark.cuda)) skip where torch sees no CUDA device."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # (a stable sort)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

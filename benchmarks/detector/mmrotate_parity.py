@@ -170,9 +170,8 @@ VARIANTS = {
     'defaults': ({}, True),
     'tf32_off': ({}, False),
     'no_channels_last': ({'model.channels_last': False}, True),
-    'no_feature_graphs': ({'model.cuda_graph_features': False}, True),
-    'plain': ({'model.channels_last': False, 'model.cuda_graph_features': False}, False),
-    'predict_graph': ({'model.cuda_graph_predict': True}, True),
+    'no_predict_graph': ({'model.cuda_graph_predict': False}, True),
+    'plain': ({'model.channels_last': False, 'model.cuda_graphs': False}, False),
 }
 
 

@@ -16,9 +16,9 @@ import sys
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIG = osp.join(REPO, 'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py')
-MODES = {  # name: model options
-    'eager': dict(cuda_graph_features=False),
-    'feature_graphs': dict(cuda_graph_features=True),
+MODES = {  # name: model options (each names every graph option: the configs capture the step)
+    'eager': dict(cuda_graph_features=False, cuda_graph_step=False),
+    'feature_graphs': dict(cuda_graph_features=True, cuda_graph_step=False),
     'step_graph': dict(cuda_graph_features=False, cuda_graph_step=True),
     'step_graph_one_capacity': dict(cuda_graph_features=False,
                                     cuda_graph_step=dict(min_gt_capacity=128)),

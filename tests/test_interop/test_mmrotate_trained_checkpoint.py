@@ -29,7 +29,7 @@ import torch
 
 from tests._helpers import full_fp32, register_mmrotate
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 
 register_mmrotate()
 import mmrotate  # noqa: E402
