@@ -545,6 +545,33 @@ def startup(path, d):
     return parts
 
 
+PACKAGE_RUNS = {
+    'test_step': "the model as `tools/test.py` and `tools/infer.py` run it (the config's defaults)",
+    'program': 'the exported program (`tools/export.py`)',
+    'compiled': 'the AOTInductor package (`tools/export.py --compile`)',
+}
+
+
+def compiled_package(path, d):
+    s, runs = d['settings'], d['runs']
+    rows = []
+    for name, label in PACKAGE_RUNS.items():
+        run = runs.get(name, {})
+        if 'ms_per_image' not in run:
+            rows.append([label, f"not measured ({not_measured(run.get('error') or 'not run')})",
+                         '', ''])
+            continue
+        speedup = d['ratios'].get(f'{name}_speedup_over_test_step')
+        rows.append([label, num(run['ms_per_image']),
+                     num(run.get('export_s')) if 'export_s' in run else DASH,
+                     f'{num(speedup)}×' if speedup else DASH])
+    weights = 'a trained checkpoint' if s['trained_checkpoint'] else 'its initial weights'
+    return [f"One {s['image_size']}² image a forward, detections read back to the host, "
+            f"`{s['config']}` with {weights} on {s['device']}: median over {s['images']} images "
+            f"after {s['warmup']} unmeasured ones, all in one process.",
+            table(['run', 'ms / image', 'made in (s)', 'speed-up over the model'], rows)]
+
+
 SECTIONS = [
     ('RiRoIAlignRotated', 'riroi_align_rotated', 'benchmarks/ops/bench_riroi_align_rotated.py',
      riroi_align_rotated),
@@ -578,6 +605,8 @@ SECTIONS = [
     ('Huge images by patches', 'huge_image', 'benchmarks/detector/bench_huge_image.py',
      huge_image),
     ('Start-up of the tools', 'startup', 'benchmarks/profiling/startup_phases.py', startup),
+    ('The exported model', 'compiled_package', 'benchmarks/deploy/bench_compiled_package.py',
+     compiled_package),
 ]
 
 

@@ -150,8 +150,9 @@ def main(argv=None):
                    [f'{loader}.dataset.synthetic.image_size=96' for loader in LOADERS]
     train = measure('train', [config, '--work-dir', osp.join(work, 'train'), '--cfg-options',
                               *options], args.steps)
+    from benchmarks._initial_checkpoint import save_initial_checkpoint
     checkpoint = osp.join(work, 'ckpt.pth')
-    _save_initial_checkpoint(config, checkpoint)
+    save_initial_checkpoint(config, checkpoint)
     test = measure('test', [config, checkpoint, '--work-dir', osp.join(work, 'test'),
                             '--cfg-options', *options], args.steps)
     import torch
@@ -168,26 +169,6 @@ def main(argv=None):
         for row in run['phases']:
             print(f"  {row['seconds']:7.2f} s  {row['phase']}")
     return result
-
-
-def _save_initial_checkpoint(config: str, path: str) -> None:
-    """The config's model as initialised, saved as a checkpoint for tools/test.py with the
-    classes of the config's test set (tools/test.py refuses a checkpoint of other classes)."""
-    import torch
-    from mmdet.registry import DATASETS, MODELS
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-
-    import redet_plugin.mm  # noqa: F401
-    init_default_scope('mmdet')
-    cfg = Config.fromfile(config)
-    dataset = cfg.test_dataloader.dataset
-    classes = (dataset.get('metainfo') or {}).get('classes') or \
-        DATASETS.get(dataset.type).METAINFO['classes']
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    torch.save({'state_dict': model.state_dict(),
-                'meta': {'dataset_meta': {'classes': tuple(classes)}}}, path)
 
 
 if __name__ == '__main__':

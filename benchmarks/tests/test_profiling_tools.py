@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
+from benchmarks._initial_checkpoint import save_initial_checkpoint
 from benchmarks.profiling import list_host_syncs, profile_detector
 from redet_plugin.datasets import generate_synthetic_dota
 
@@ -209,7 +210,7 @@ def test_startup_checkpoint_has_the_classes_of_the_config_test_set(tmp_path):
     from benchmarks.profiling import startup_phases
     from redet_plugin.datasets.dota import DOTA_V1_CLASSES
     path = str(tmp_path / 'r50.pth')
-    startup_phases._save_initial_checkpoint(startup_phases.R50, path)
+    save_initial_checkpoint(startup_phases.R50, path)
     meta = torch.load(path, weights_only=True)['meta']
     assert meta['dataset_meta']['classes'] == tuple(DOTA_V1_CLASSES)
 
