@@ -601,3 +601,25 @@ def test_cuda_field_norm_waits_for_nothing_and_captures(amp, layout):
     torch.cuda.synchronize()
     assert_all_close(list(captured), list(expected), rtol=1e-5, atol=1e-5)
     assert_all_close(state(ours), state(twin), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize('layout', ['regular', 'mixed', 'interleaved'])
+def test_one_pass_grouping_is_e2cnns(layout):
+    """The fields' grouping FieldBatchNorm's constructor uses equals e2cnn's indexes_from_labels
+    (labels by size, as InnerBatchNorm asks, and by name), contiguous groups or not; the built
+    norm holds e2cnn's buffers."""
+    from e2cnn.nn.modules.utils import indexes_from_labels
+    from redet_plugin.models.layers.field_batch_norm import _indexes_by_label
+    gspace = rotation_gspace(8)
+    regular, trivial = gspace.regular_repr, gspace.trivial_repr
+    representations = {'regular': [regular] * 6,
+                       'mixed': [regular] * 3 + [trivial] * 4,
+                       'interleaved': [regular, trivial, regular, trivial, trivial, regular]}[layout]
+    field_type = enn.FieldType(gspace, representations)
+    for labels in ([r.size for r in representations], [r.name for r in representations]):
+        assert _indexes_by_label(field_type, labels) == indexes_from_labels(field_type, labels)
+    ours = FieldBatchNorm(field_type)
+    theirs = enn.InnerBatchNorm(field_type)
+    assert ours._contiguous == theirs._contiguous and ours._nfields == theirs._nfields
+    assert {k: v.tolist() for k, v in ours.named_buffers() if k.startswith('indices_')} == \
+        {k: v.tolist() for k, v in theirs.named_buffers() if k.startswith('indices_')}
