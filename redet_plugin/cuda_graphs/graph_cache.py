@@ -61,6 +61,11 @@ class GraphCache:
             self._said.add(message)
             print_log(f"{self.option}: {message}", logger="current", level=level)
 
+    def say_eager(self, reason: str, on_cuda: bool) -> None:
+        """Logs once why calls run eagerly: a warning on a GPU; information on the CPU, where
+        the eager path is the only one."""
+        self.say(f"eager: {reason}", logging.WARNING if on_cuda else logging.INFO)
+
     def graph_for(self, key, storage: tuple, read_storage: Callable[[], tuple], warmup: int,
                   layouts: str, what: str, make: Callable,
                   on_failure: Callable = lambda: None, warmup_key=None,

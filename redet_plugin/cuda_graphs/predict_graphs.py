@@ -12,7 +12,6 @@ eval-mode filters). Past `max_graphs`, for inputs not on CUDA, with grad enabled
 capture failed, the eager forward runs, with one line naming why. A replaced parameter, buffer
 or cached filter makes its graph be captured again.
 """
-import logging
 from typing import List, Optional
 
 import torch
@@ -71,8 +70,7 @@ class PredictGraphs(GraphCache):
         """The padded results of one batch (cut them with cut_padding), or None: run eager."""
         reason = self.unsupported(inputs, samples)
         if reason is not None:
-            # (on the CPU the eager path is the only one: no warning there)
-            self.say(f"eager: {reason}", logging.WARNING if inputs.is_cuda else logging.INFO)
+            self.say_eager(reason, inputs.is_cuda)
             return None
         walk = ModuleWalk(model)
         amp = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None

@@ -52,7 +52,6 @@ and on capturing, replaying or running eagerly, all of them alike.
 Parameters, buffers and optimizer state are read and written in place; one that is replaced
 (`.to()`, a loaded optimizer state) makes its graph be captured again.
 """
-import logging
 from typing import Optional
 
 import torch
@@ -202,8 +201,7 @@ class StepGraphs(GraphCache):
         if distributed is not None:
             capacity = distributed.agree_capacity(capacity)
         if reason is not None:
-            # (on the CPU the eager path is the only one: no warning there)
-            self.say(f"eager: {reason}", logging.WARNING if inputs.is_cuda else logging.INFO)
+            self.say_eager(reason, inputs.is_cuda)
             if distributed is not None:
                 distributed.agree_action(EAGER)
             return None

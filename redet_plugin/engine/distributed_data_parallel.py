@@ -13,8 +13,6 @@ In a config (the plugin's configs set it):
 model_wrapper_cfg = dict(type='RedetDistributedDataParallel', broadcast_buffers=False,
                          find_unused_parameters=False)
 """
-import logging
-
 import torch.distributed as dist
 from mmengine.model import MMDistributedDataParallel
 from mmengine.registry import MODEL_WRAPPERS
@@ -39,8 +37,7 @@ class DistributedDataParallel(MMDistributedDataParallel):
         # the same in every process (the config, the launcher): all make the gloo group or none
         reason = self._no_capture_reason()
         if reason is not None:
-            # (on the CPU the eager step is the only one: no warning there)
-            graphs.say(f"eager: {reason}", logging.WARNING if self.device_ids else logging.INFO)
+            graphs.say_eager(reason, on_cuda=bool(self.device_ids))
             # (a step the model captured here would not average the gradients)
             module.step_graphs = None
             return
