@@ -315,7 +315,8 @@ def detector_vs_mmrotate(path, d):
 
 # the options the `ours` run of benchmarks/results/captured_training_h200.json was measured with
 # (the bench's `ours` is the configs as shipped, which now capture the step)
-EAGER_STEP_RUN = 'ours, fp32, eager step, backbone and neck as CUDA graphs (`model.cuda_graph_features=True`)'
+EAGER_STEP_RUN = ('ours, fp32, eager step, backbone and neck as CUDA graphs '
+                  '(`model.cuda_graph_features=True`)')
 
 
 def captured_training(path, d):

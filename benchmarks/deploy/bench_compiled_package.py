@@ -48,7 +48,8 @@ def parse_args(argv=None):
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu',
                    choices=('cuda', 'cpu'))
     p.add_argument('--runs', nargs='+', default=list(RUNS), choices=RUNS)
-    p.add_argument('--work-dir', help='where the packages are written (default: a temporary folder)')
+    p.add_argument('--work-dir',
+                   help='where the packages are written (default: a temporary folder)')
     args = p.parse_args(argv)
     for name in ('images', 'image_size'):
         if getattr(args, name) < 1:
@@ -139,7 +140,8 @@ def main(argv=None):
             continue
         runs[name] = dict(ms_per_image=round(ms, 2), detections=counts,
                           **({} if made_s is None else dict(export_s=round(made_s, 1))))
-        print(f'{name}: {ms:.2f} ms / image' + ('' if made_s is None else f' (made in {made_s:.0f} s)'))
+        made = '' if made_s is None else f' (made in {made_s:.0f} s)'
+        print(f'{name}: {ms:.2f} ms / image{made}')
         if args.device == 'cuda':
             torch.cuda.empty_cache()  # (the next run's memory from a clean cache)
     ratios = {}

@@ -8,7 +8,7 @@ and collate) at each --workers count: batches per second over --batches batches,
 has delivered its first (start-up is left out).
 
     python -m benchmarks.detector.bench_data_loading --out data_loading.json [--workers 0 2 4 8]
-        [--loader train_dataloader | test_dataloader]
+        [--loader train_dataloader | val_dataloader | test_dataloader]
 (from the repository root; data:
  python tools/dataset_converters/make_synthetic_dota.py DIR --image-size 1024)
 """
@@ -79,7 +79,8 @@ def main(argv=None):
     init_default_scope(cfg.get('default_scope', 'mmdet'))
     rows = []
     for workers in args.workers:
-        rate = batches_per_second(loader(cfg, args.loader, args.data_root, workers), workers, args.batches)
+        rate = batches_per_second(loader(cfg, args.loader, args.data_root, workers), workers,
+                                  args.batches)
         rows.append(dict(workers=workers, batches_per_s=round(rate, 2),
                          ms_per_batch=round(1000 / rate, 1)))
         print(f'workers {workers}: {rate:.2f} batches/s ({1000 / rate:.1f} ms per batch)')

@@ -85,8 +85,9 @@ PEER_ANN_DIR = 'annfiles'  # labels without header lines, for mmrotate
 MEMORY_HOOK_IMPORT = 'redet_plugin.mm'  # registers RedetPeakMemoryHook (with the whole mm layer)
 MEMORY_HOOK = dict(type='mmdet.RedetPeakMemoryHook')
 # the configs as shipped: speed-ups over mmrotate (training in fp32 and with --amp, test end to
-# end), amp's speed-up and mAP cost, scaling on 2 GPUs; the explicitly captured runs' speed-ups over mmrotate (test: end to end, and the model's
-# time without the wait for data) and over their own fp32 step
+# end), amp's speed-up and mAP cost, scaling on 2 GPUs; the explicitly captured runs' speed-ups
+# over mmrotate (test: end to end, and the model's time without the wait for data) and over
+# their own fp32 step
 GOALS = dict(train_speedup=7.0, train_amp_speedup=10.0, test_speedup=10.0, amp_speedup=1.4,
              amp_map_drop=0.01,
              dist2_scaling=1.85, captured_train_speedup=5.0, captured_test_speedup=4.0,
