@@ -240,9 +240,9 @@ def _group_of_this_process(backend):
 
 
 @pytest.fixture
-def world_of_one():
-    """A process group of this process alone: gloo on the CPU, NCCL with a GPU."""
-    yield from _group_of_this_process('nccl' if torch.cuda.is_available() else 'gloo')
+def nccl_world_of_one():
+    """An NCCL process group of this process alone (CUDA tensors)."""
+    yield from _group_of_this_process('nccl')
 
 
 @pytest.fixture
@@ -412,7 +412,7 @@ def test_captured_steps_give_the_eager_parameters(optimizer, log_lines):
 
 
 @pytest.mark.cuda
-def test_captured_ddp_steps_give_the_eager_ddp_parameters(world_of_one, log_lines):
+def test_captured_ddp_steps_give_the_eager_ddp_parameters(nccl_world_of_one, log_lines):
     """Through RedetDistributedDataParallel (NCCL, one process): the step is captured with its
     gradient all-reduce and gives the parameters of mmengine's eager DDP step."""
     batches = [_batch('cuda', (3, 5), seed=0), _batch('cuda', (7, 1), seed=1)]
