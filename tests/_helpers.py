@@ -2,7 +2,9 @@
 layout checks, CUDA-graph capture), and the op inputs the benchmarks and sanitizer drivers share,
 ship in redet_plugin/testing.py. mm imports stay inside the functions, so that the ops tests load
 torch and the ops only."""
+import json
 import math
+import os
 import os.path as osp
 import socket
 
@@ -11,6 +13,25 @@ import torch
 from redet_plugin.testing import deterministic_algorithms, tf32  # noqa: F401  (the tests' too)
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
+
+# ---- test session -------------------------------------------------------------------------------
+def once_per_run(tmp_path_factory, name: str, make):
+    """make()'s result, made once in the whole test run. Under pytest-xdist each worker would build
+    a session fixture of its own: compiled packages and trained checkpoints take minutes, and
+    several workers building them at once hold the cores the other tests need. The first worker
+    to ask makes it under a file lock and leaves the result (JSON: paths, numbers) for the others.
+    make() must leave what it returns valid for the rest of the run (files under tmp_path_factory)."""
+    if not os.environ.get('PYTEST_XDIST_WORKER'):
+        return make()
+    from filelock import FileLock
+    shared = tmp_path_factory.getbasetemp().parent / f'{name}.json'  # one folder per run
+    with FileLock(f'{shared}.lock'):
+        if shared.is_file():
+            return json.loads(shared.read_text())
+        value = make()
+        shared.write_text(json.dumps(value, default=float))
+        return value
 
 
 # ---- numerics -----------------------------------------------------------------------------------

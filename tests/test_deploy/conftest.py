@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests._helpers import once_per_run
+
 CONFIG = 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py'
 CLASSES = ('plane', 'ship', 'storage-tank', 'small-vehicle', 'tennis-court')
 IMAGE_SIZE = (128, 160)  # (H, W): not square, and W not a multiple of 32 (the padded input)
@@ -15,6 +17,11 @@ IMAGE_SIZE = (128, 160)  # (H, W): not square, and W not a multiple of 32 (the p
 def tiny_checkpoint(tmp_path_factory):
     """The tiny config's model from seed 0, its classifiers' weights scaled so that the random
     features give scores spread far apart (an untrained model scores every class near 1/6)."""
+    return once_per_run(tmp_path_factory, 'tiny_checkpoint', lambda: _save_tiny_checkpoint(
+        str(tmp_path_factory.mktemp('ckpt') / 'tiny.pth')))
+
+
+def _save_tiny_checkpoint(path):
     from mmdet.registry import MODELS
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
@@ -26,7 +33,6 @@ def tiny_checkpoint(tmp_path_factory):
     state = model.state_dict()
     for stage in (0, 1):
         state[f'roi_head.bbox_head.{stage}.fc_cls.weight'] *= 100.0
-    path = str(tmp_path_factory.mktemp('ckpt') / 'tiny.pth')
     torch.save(dict(state_dict=state, meta=dict(dataset_meta=dict(classes=CLASSES))), path)
     return path
 
@@ -51,8 +57,9 @@ def images():
 @pytest.fixture(scope='session')
 def program_package(tiny_checkpoint, tmp_path_factory):
     from redet_plugin.inference.export import export_detector
-    out = str(tmp_path_factory.mktemp('program') / 'tiny.pt2')
-    return export_detector(CONFIG, tiny_checkpoint, out, image_size=IMAGE_SIZE)
+    return once_per_run(tmp_path_factory, 'program_package', lambda: export_detector(
+        CONFIG, tiny_checkpoint, str(tmp_path_factory.mktemp('program') / 'tiny.pt2'),
+        image_size=IMAGE_SIZE))
 
 
 @pytest.fixture(scope='session')
@@ -61,9 +68,12 @@ def compiled_package(tiny_checkpoint, tmp_path_factory):
     seconds are printed (pytest -s shows them)."""
     import time
     from redet_plugin.inference.export import export_detector
-    out = str(tmp_path_factory.mktemp('compiled') / 'tiny_compiled.pt2')
-    start = time.perf_counter()
-    path = export_detector(CONFIG, tiny_checkpoint, out, image_size=IMAGE_SIZE, compile=True)
-    print(f'\nexport + AOTInductor compile of the tiny ReDet ({IMAGE_SIZE[0]}x{IMAGE_SIZE[1]}, CPU): '
-          f'{time.perf_counter() - start:.0f} s')
-    return path
+
+    def compile_package():
+        out = str(tmp_path_factory.mktemp('compiled') / 'tiny_compiled.pt2')
+        start = time.perf_counter()
+        path = export_detector(CONFIG, tiny_checkpoint, out, image_size=IMAGE_SIZE, compile=True)
+        print(f'\nexport + AOTInductor compile of the tiny ReDet ({IMAGE_SIZE[0]}x{IMAGE_SIZE[1]}, '
+              f'CPU): {time.perf_counter() - start:.0f} s')
+        return path
+    return once_per_run(tmp_path_factory, 'compiled_package', compile_package)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests._helpers import REPO
+from tests._helpers import REPO, once_per_run
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,11 @@ def redet_infer(tmp_path_factory):
     if not _compiler_found():
         pytest.skip('no C++ compiler (c++, g++, clang++ or $CXX) found: the C++ example cannot '
                     'be built')
-    build = os.environ.get('REDET_CPP_BUILD_DIR') or str(tmp_path_factory.mktemp('cpp_example'))
+    return once_per_run(tmp_path_factory, 'redet_infer', lambda: _build_redet_infer(
+        cmake, os.environ.get('REDET_CPP_BUILD_DIR') or str(tmp_path_factory.mktemp('cpp_example'))))
+
+
+def _build_redet_infer(cmake, build):
     configure = [cmake, '-S', EXAMPLE, '-B', build,
                  f'-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}',
                  # Unoptimised and without debug information: a third of the -O3 build time; the
@@ -69,8 +73,9 @@ def toy_package(tmp_path_factory):
                                                   osp.join(EXAMPLE, 'make_toy_package.py'))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    path = str(tmp_path_factory.mktemp('toy') / 'toy.pt2')
-    return module.make_toy_package(path, TOY_SIZE), module.CLASSES
+    path = once_per_run(tmp_path_factory, 'toy_package', lambda: module.make_toy_package(
+        str(tmp_path_factory.mktemp('toy') / 'toy.pt2'), TOY_SIZE))
+    return path, module.CLASSES
 
 
 def run_example(program, *args):

@@ -85,6 +85,7 @@ def split_by_flag(instances, box_of):
 
 
 def our_map(root, detections, ignore_difficult):
+    init_default_scope('mmdet')  # another test in this process may have left mmrotate's scope
     dataset = DOTADataset(data_root=str(root), ann_file='labelTxt', data_prefix=dict(img_path='images'),
                           metainfo=dict(classes=CLASSES), test_mode=True, pipeline=[],
                           ignore_difficult=ignore_difficult)
@@ -129,7 +130,6 @@ def data(tmp_path_factory):
 
 def test_mmrotate_rule_gives_mmrotates_map(data):
     root, detections = data
-    init_default_scope('mmdet')
     theirs, _ = mmrotate_map(root, detections)
     ours = our_map(root, detections, ignore_difficult=False)
     devkit = our_map(root, detections, ignore_difficult=True)

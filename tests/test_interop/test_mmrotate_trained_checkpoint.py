@@ -27,7 +27,7 @@ import contextlib
 import pytest
 import torch
 
-from tests._helpers import full_fp32, register_mmrotate
+from tests._helpers import full_fp32, once_per_run, register_mmrotate
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 
@@ -64,7 +64,11 @@ def write_peer_labels(split_dir: str) -> None:
 
 @pytest.fixture(scope='module')
 def data_root(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp('dota512'))
+    return once_per_run(tmp_path_factory, 'mmrotate_data_root', lambda: make_data_root(
+        str(tmp_path_factory.mktemp('dota512'))))
+
+
+def make_data_root(root):
     generate_synthetic_dota(root, num_train=64, num_val=16, image_size=SIZE, seed=3,
                             progress=False)
     for split in ('train', 'val'):
@@ -108,7 +112,11 @@ def mmrotate_config(data_root: str, work_dir: str, cpu: bool = False) -> Config:
 @pytest.fixture(scope='module')
 def checkpoint(data_root, tmp_path_factory):
     """mmrotate's ReDet trained by mmrotate's configuration on the GPU."""
-    work_dir = str(tmp_path_factory.mktemp('mmrotate_train'))
+    return once_per_run(tmp_path_factory, 'mmrotate_checkpoint', lambda: train_mmrotate(
+        data_root, str(tmp_path_factory.mktemp('mmrotate_train'))))
+
+
+def train_mmrotate(data_root, work_dir):
     cfg = mmrotate_config(data_root, work_dir)
     cfg.dump(osp.join(work_dir, 'mmrotate_config.py'))  # for benchmarks/detector/mmrotate_parity.py
     runner = Runner.from_cfg(cfg)

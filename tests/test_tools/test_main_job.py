@@ -14,6 +14,8 @@ from mmengine.config import Config
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.datasets import DOTA_V1_CLASSES, DOTAAnnotationWarning
 
+from tests._helpers import once_per_run
+
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
 sys.path.insert(0, ROOT)
@@ -28,8 +30,13 @@ def config_file():
 
 @pytest.fixture(scope='module')
 def demo_run(tmp_path_factory, config_file):
+    return once_per_run(tmp_path_factory, 'demo_run', lambda: run_demo(
+        config_file, tmp_path_factory.mktemp('demo')))
+
+
+def run_demo(config_file, base):
+    """(the test metrics, the work folder, the data folder) of a quick demo run."""
     from scripts.demo_main import main
-    base = tmp_path_factory.mktemp('demo')
     work_dir, data_root = str(base / 'work'), str(base / 'data')
     metrics = main(['--quick', '--config', config_file, '--work-dir', work_dir,
                     '--data-root', data_root])
