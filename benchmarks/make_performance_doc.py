@@ -478,10 +478,12 @@ def multi_gpu(path, d):
 
 def data_loading(path, d):
     rows = [[str(r['workers']), num(r['batches_per_s']), num(r['ms_per_batch'])] for r in d['runs']]
-    return [f"The training data loader of `{d['config']}` (batch {d['batch_size']}; the config "
+    loader = d.get('loader', 'train_dataloader')
+    step = 'training step' if loader == 'train_dataloader' else 'test step (one image a batch)'
+    return [f"The `{loader}` of `{d['config']}` (batch {d['batch_size']}; the config "
             f"starts {d['config_workers']} workers), batches per second by number of worker "
             f"processes, over {d['batches']} batches once every worker has delivered its first. "
-            f"A training step must not take less than the loader's time per batch, or the GPU "
+            f"A {step} must not take less than the loader's time per batch, or the GPU "
             f"waits for data.",
             table(['workers', 'batches / s', 'ms per batch'], rows)]
 
@@ -601,6 +603,8 @@ SECTIONS = [
      'benchmarks/profiling/list_host_syncs.py', host_syncs),
     ('The training data loader', 'data_loading', 'benchmarks/detector/bench_data_loading.py',
      data_loading),
+    ('The test data loader', 'test_data_loading',
+     'benchmarks/detector/bench_data_loading.py --loader val_dataloader', data_loading),
     ('Training on several GPUs', 'multi_gpu', 'benchmarks/detector/bench_multi_gpu.py',
      multi_gpu),
     ('Huge images by patches', 'huge_image', 'benchmarks/detector/bench_huge_image.py',

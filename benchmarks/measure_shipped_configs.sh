@@ -6,7 +6,7 @@
 #      each through its own tools/train.py and tools/test.py (bench_detector_vs_mmrotate.py)
 #   2. compiled_package.json: the exported program and AOTInductor package against the model as
 #      tools/test.py runs it, on the checkpoint step 1 trained (bench_compiled_package.py)
-#   3. data_loading.json: the test-time loader (batch 1, the config's workers) by worker count
+#   3. test_data_loading.json: the test-time loader (batch 1, the config's workers) by worker count
 #   4. startup.json: tools/train.py and tools/test.py from their start to their first steps
 # Usage (repo root): export CALL_START=$(date +%s); bash benchmarks/device_run.sh "" "" "" &&
 #   bash benchmarks/measure_shipped_configs.sh
@@ -25,6 +25,11 @@ trap finish EXIT
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 DATA="$PWD/data/synthetic_dota_1024"; WORK="$PWD/work_dirs/shipped"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
+# Step 1 makes the data set when missing (with the peer's labels); the other steps alone need it too.
+if ! has 1 && [ ! -d "$DATA/train/labelTxt" ]; then
+  python3 tools/dataset_converters/make_synthetic_dota.py "$DATA" --image-size 1024 --num-train 16 \
+    --num-val 30 > "$LOGS/make_data.log" 2>&1 || { say "making $DATA failed"; tail -5 "$LOGS/make_data.log"; exit 1; }
+fi
 
 if has 1; then
   start=$(date +%s)
@@ -45,7 +50,7 @@ fi
 if has 3; then
   start=$(date +%s)
   timeout "$(limit 90 30)" python3 -m benchmarks.detector.bench_data_loading --loader val_dataloader \
-    --data-root "$DATA" --workers 2 8 --out "$OUT/data_loading.json" > "$LOGS/data_loading.log" 2>&1
+    --data-root "$DATA" --workers 2 8 --out "$OUT/test_data_loading.json" > "$LOGS/data_loading.log" 2>&1
   say "data loading rc=$? $(( $(date +%s) - start )) s"; grep workers "$LOGS/data_loading.log" | tee -a "$OUT/measure_summary.txt"
 fi
 if has 4; then
