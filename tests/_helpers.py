@@ -2,6 +2,7 @@
 layout checks, CUDA-graph capture), and the op inputs the benchmarks and sanitizer drivers share,
 ship in redet_plugin/testing.py. mm imports stay inside the functions, so that the ops tests load
 torch and the ops only."""
+import contextlib
 import json
 import math
 import os
@@ -32,6 +33,19 @@ def once_per_run(tmp_path_factory, name: str, make):
         value = make()
         shared.write_text(json.dumps(value, default=float))
         return value
+
+
+@contextlib.contextmanager
+def all_cores():
+    """torch's threads on every core for the block. Under pytest-xdist each worker gets its share
+    of the cores (tests/conftest.py): one thread on a 16-core machine with 16 workers, where a
+    whole detector tested on the CPU would then end the run alone minutes after the rest."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # ---- numerics -----------------------------------------------------------------------------------

@@ -22,12 +22,10 @@ import os.path as osp
 import pickle
 from unittest import mock
 
-import contextlib
-
 import pytest
 import torch
 
-from tests._helpers import full_fp32, once_per_run, register_mmrotate
+from tests._helpers import all_cores, full_fp32, once_per_run, register_mmrotate
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 
@@ -224,7 +222,7 @@ def check_trained(their_map, theirs):
 @pytest.mark.parametrize('device', ['cuda', 'cpu'])
 def test_trained_mmrotate_checkpoint_gives_mmrotates_map_and_detections(
         data_root, checkpoint, device, tmp_path):
-    with full_fp32() if device == 'cuda' else contextlib.nullcontext():
+    with full_fp32() if device == 'cuda' else all_cores():
         their_map, theirs = their_test(data_root, checkpoint, device, str(tmp_path / 'theirs'))
         our_map, ours = our_test(data_root, checkpoint, device, str(tmp_path / 'ours'))
     total = check_trained(their_map, theirs)
