@@ -55,7 +55,7 @@ if has 3; then
 fi
 if has 4; then
   start=$(date +%s)
-  timeout "$(limit 150 5)" python3 -m benchmarks.profiling.startup_phases --data-root "$DATA/" \
+  timeout "$(limit 240 5)" python3 -m benchmarks.profiling.startup_phases --data-root "$DATA/" \
     --out "$OUT/startup.json" > "$LOGS/startup.log" 2>&1
   say "startup rc=$? $(( $(date +%s) - start )) s"; tail -5 "$LOGS/startup.log" | tee -a "$OUT/measure_summary.txt"
 fi
