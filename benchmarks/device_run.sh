@@ -21,9 +21,7 @@ DEFAULT_BENCHES="benchmarks/ops/bench_riroi_align_rotated.py benchmarks/ops/benc
 TESTS="${1-tests}"; BENCHES="${2-$DEFAULT_BENCHES}"; SANITIZE="${3-$(ls benchmarks/sanitize/sanitize_*.py)}"
 DAIN_SRC="${DAIN_SRC:-.peers/dain}"; DAIN_BUILD=/tmp/dain_build; DEADLINE_S="${DEADLINE_S:-570}"
 export PYTHONUNBUFFERED=1
-left() { echo $(( DEADLINE_S - ($(date +%s) - T0) )); }               # seconds to the deadline
-# a step's time limit: min(DEFAULT, seconds left - RESERVE), at least 1.  Usage: limit DEFAULT [RESERVE]
-limit() { local l=$(( $(left) - ${2:-0} )); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
+CALL_START=$T0; source "$(dirname "${BASH_SOURCE[0]}")/_deadline.sh"   # left, limit
 say() { echo "$*" | tee -a "$OUT/summary.txt"; }
 finish() {
   tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOGS"

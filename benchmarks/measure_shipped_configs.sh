@@ -16,8 +16,7 @@ set -uo pipefail
 OUT="${OUT:-/tmp/out}"; LOGS="$OUT/measure_logs"; mkdir -p "$LOGS"
 CALL_START="${CALL_START:-$(date +%s)}"; DEADLINE_S="${DEADLINE_S:-585}"; ITERS="${ITERS:-120}"
 STEPS="${STEPS:-1 2 3 4}"
-left() { echo $(( DEADLINE_S - ($(date +%s) - CALL_START) )); }
-limit() { local l=$(( $(left) - ${2:-0} )); [ "$l" -gt "$1" ] && l=$1; [ "$l" -lt 1 ] && l=1; echo "$l"; }
+source "$(dirname "${BASH_SOURCE[0]}")/_deadline.sh"  # left, limit
 say() { echo "$*" | tee -a "$OUT/measure_summary.txt"; }
 finish() { tar -czf "$OUT/measure_logs.tar.gz" -C "$OUT" measure_logs && rm -rf "$LOGS"; }
 trap finish EXIT
@@ -25,8 +24,8 @@ trap finish EXIT
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 DATA="$PWD/data/synthetic_dota_1024"; WORK="$PWD/work_dirs/shipped"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
-# Step 1 makes the data set when missing (with the peer's labels); the other steps alone need it too.
-if ! has 1 && [ ! -d "$DATA/train/labelTxt" ]; then
+# the data set of every step (step 1's bench adds the peer's labels)
+if [ ! -d "$DATA/train/labelTxt" ]; then
   python3 tools/dataset_converters/make_synthetic_dota.py "$DATA" --image-size 1024 --num-train 16 \
     --num-val 30 > "$LOGS/make_data.log" 2>&1 || { say "making $DATA failed"; tail -5 "$LOGS/make_data.log"; exit 1; }
 fi

@@ -12,7 +12,7 @@
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; LOGS="$OUT/detector_logs"; mkdir -p "$LOGS"
 CALL_START="${CALL_START:-$(date +%s)}"; DEADLINE_S="${DEADLINE_S:-585}"; PROFILE_S="${PROFILE_S:-100}"
-left() { echo $(( DEADLINE_S - ($(date +%s) - CALL_START) )); }
+source "$(dirname "${BASH_SOURCE[0]}")/../_deadline.sh"  # left, limit
 say() { echo "$*" | tee -a "$OUT/detector_summary.txt"; }
 finish() { tar -czf "$OUT/detector_logs.tar.gz" -C "$OUT" detector_logs && rm -rf "$LOGS"; }
 trap finish EXIT
