@@ -42,6 +42,7 @@ class GraphCache:
         self._said = set()
         self._pool = None
         self.failed: Optional[str] = None
+        self.warming_up = False  # whether graph_for's last None was a warm-up call
 
     def __deepcopy__(self, memo):
         return type(self)(**self.arguments)
@@ -70,7 +71,8 @@ class GraphCache:
                   layouts: str, what: str, make: Callable,
                   on_failure: Callable = lambda: None, warmup_key=None,
                   agree: Optional[Callable[[int], int]] = None):
-        """The graph for `key`, or None: run eagerly. `storage` lists the tensors a graph reads
+        """The graph for `key`, or None: run eagerly (`warming_up` then says whether it is one of
+        the warm-up calls before a capture). `storage` lists the tensors a graph reads
         in place (one replaced since the capture: captured again); the first `warmup` calls of
         a `warmup_key` (default: `key`) run eagerly, the next one captures (read_storage() is
         taken after the capture, which may have built lazy state); past max_graphs keys, eager
@@ -84,6 +86,7 @@ class GraphCache:
         runs eagerly all do, where one captures all capture, and where a capture failed in
         any process none keeps its graph."""
         entry = self._graphs.get(key)
+        self.warming_up = warming_up = False
         if entry is not None and entry[0] == storage:
             action = REPLAY
         elif entry is None and len(self._graphs) >= self.max_graphs:
@@ -96,9 +99,11 @@ class GraphCache:
             action = CAPTURE if runs >= warmup else EAGER
             if action == EAGER:
                 self._eager_runs[warmup_key] = runs + 1
+                warming_up = True
         if agree is not None:
             action = agree(action)
         if action == EAGER:
+            self.warming_up = warming_up
             return None
         if action == REPLAY:
             return entry[1]

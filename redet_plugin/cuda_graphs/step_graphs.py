@@ -21,7 +21,11 @@ What a captured step needs, and what it does about it:
 - Warm-up: the first `warmup_iters` steps of each graph's key run eagerly (cuDNN/cuBLAS set-up,
   lazily built caches, the optimizer's momentum buffers), then the next one is captured. A key
   that differs from a captured one in gt capacity alone is captured at once: its eager steps
-  would only regrow the eager memory cache beside the graphs' pool.
+  would only regrow the eager memory cache beside the graphs' pool. The warm-up steps compute
+  as the replays do (padded gts, the graph's optimizer kernels), so they draw the same random
+  numbers: a run resumed from a checkpoint, whose first steps are warm-up steps again, continues
+  as the uninterrupted run did (one process; with several, the warm-up is the model's eager
+  step).
 
 Non-finite steps: with RedetOptimWrapper or RedetAmpOptimWrapper, the graph runs the wrapper's
 guard (redet_plugin/utils/nonfinite_guard.py), the same calls as the eager step: a step whose
@@ -32,10 +36,10 @@ guard, for RedetNonFiniteStepsHook to read with the losses.
 AMP: RedetAmpOptimWrapper is captured with SGD, Adam and AdamW: the guard unscales, checks and
 steps without GradScaler.step (which reads the inf check on the host), and the scaler's update
 runs on the device. mmengine's AmpOptimWrapper is captured with SGD: torch's fused SGD takes the
-loss scaler's scale and inf flag as device tensors. Where the inf check skipped every warm-up
-step, no step has made SGD's momentum buffers: they are made as zeros before the capture (a
-first step's result when dampening is 0; with dampening, eager steps run until one has made
-them).
+loss scaler's scale and inf flag as device tensors. SGD's momentum buffers that no step has made
+yet are made as zeros before each warm-up step and before the capture (a first step's result
+when dampening is 0; with dampening, eager steps run until one has made them): a step that the
+inf check skips then leaves zeros, not the fused step's uninitialised buffers.
 
 Anything a graph cannot serve runs the eager step, with one line (once per reason) naming why:
 an optim wrapper it does not know (capturable_wrappers.py), mmengine's AmpOptimWrapper with
@@ -161,13 +165,38 @@ class _StepGraph:
             lr.fill_(group["lr"])
         self.graph.replay()
         # a copy: the next replay overwrites the graph's values while the logger may keep these
-        values = self.values.clone().unbind()
-        if self.guard is not None:
-            self.guard.record(values[-1])
-            values = values[:-1]
-        if self.norm_key is not None:
-            defer_scalar(self.norm_key, values[-1])
-        return dict(zip(self.names, values))
+        return _log_vars(self.names, self.values.clone(), self.norm_key, self.guard)
+
+
+def _log_vars(names: list, values: torch.Tensor, norm_key: Optional[str], guard) -> dict:
+    """The log values of step_body's results: the guard's flag handed to the guard, the
+    gradient norm deferred to the message hub."""
+    values = values.unbind()
+    if guard is not None:
+        guard.record(values[-1])
+        values = values[:-1]
+    if norm_key is not None:
+        defer_scalar(norm_key, values[-1])
+    return dict(zip(names, values))
+
+
+def _warmup_step(model: nn.Module, inputs: torch.Tensor, samples: list, optim_wrapper,
+                 capacity: tuple) -> dict:
+    """An eager warm-up step that computes as a replay of its graph will: gts padded to the
+    capacity, lr read from float32 device tensors, fused SGD (or capturable Adam). The same
+    kernels then draw the same random numbers (the R-CNN samplers') from the generator as a
+    replay, so a resumed run, whose first steps are warm-up steps again, continues with the
+    numbers of the uninterrupted run's replays."""
+    optimizer = optim_wrapper.optimizer
+    padded = [_padded_sample(s, capacity) for s in samples]
+    lrs = [torch.tensor(float(g["lr"]), dtype=torch.float32, device=inputs.device)
+           for g in optimizer.param_groups]
+    # (torch's fused SGD makes missing momentum buffers uninitialised, and a step skipped by
+    # the inf check leaves them so)
+    _start_momentum(optimizer)
+    with _device_lr(optimizer, lrs):
+        names, values, norm_key, flagged = step_body(model, inputs, padded, optim_wrapper)
+    return _log_vars(names, values, norm_key, optim_wrapper.nonfinite_guard if flagged else None)
 
 
 class StepGraphs(GraphCache):
@@ -225,8 +254,13 @@ class StepGraphs(GraphCache):
             self.say("eager: the processes' batches differ in layout (input shape or image "
                      "shapes); a captured collective must be the same step in all of them")
         if graph is None:
-            return None
-        log_vars = graph.replay(inputs, samples, optimizer)
+            if not (self.warming_up and distributed is None):
+                return None
+            # (with several processes the model's eager step: its DDP all-reduce is the one
+            # every process runs, whichever of them is warming up)
+            log_vars = _warmup_step(model, inputs, samples, optim_wrapper, capacity)
+        else:
+            log_vars = graph.replay(inputs, samples, optimizer)
         count_backward(optim_wrapper)  # (what the eager backward counts)
         return log_vars
 

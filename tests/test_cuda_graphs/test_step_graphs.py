@@ -93,8 +93,10 @@ def test_keys_that_share_a_warm_up_key_share_its_warm_up(monkeypatch):
     assert [lookup('a', 64) for _ in range(2)] == [None, None]  # warm-up
     assert lookup('a', 64) == ('graph', ('a', 64))
     assert lookup('a', 128) == ('graph', ('a', 128))  # no second warm-up
-    assert lookup('b', 64) is None
+    assert lookup('b', 64) is None and graphs.warming_up
     assert len(graphs) == 2
+    graphs.max_graphs = 2
+    assert lookup('c', 64) is None and not graphs.warming_up  # past max_graphs: no warm-up
 
 
 def test_option_builds_step_graphs_or_refuses_clearly():
@@ -290,6 +292,47 @@ def test_the_captured_step_body_is_the_eager_step(guarded):
     assert any(not torch.equal(p, q) for p, q in zip(params, tiny_detector().parameters()))
 
 
+@pytest.mark.parametrize('guarded', [False, True], ids=['mmengine', 'redet'])
+def test_warm_up_steps_run_the_graphs_body_on_padded_gts(guarded, monkeypatch):
+    """The eager steps before a capture compute as the replays will: step_body on gts padded to
+    the capacity, lr from float32 tensors (fused SGD), momentum buffers made as zeros. So they
+    draw the replays' random numbers, and a resumed run, which warms up again, continues as the
+    uninterrupted one (on a GPU: tests/test_tools/test_resume.py). Here on the CPU, its
+    refusal of CPU inputs bypassed, against step_body called by hand."""
+    from redet_plugin.cuda_graphs.step_graphs import (_device_lr, _padded_sample,
+                                                      _start_momentum, step_body)
+    monkeypatch.setattr(StepGraphs, 'unsupported', lambda *args: None)
+    results = []
+    for through_graphs in (True, False):
+        model = _detector(warmup_iters=2, min_gt_capacity=8)
+        wrapper = _wrapper(model, guarded=guarded)
+        logs = []
+        for step in range(2):
+            data = _batch(num_boxes=(3, 2), seed=step)
+            torch.manual_seed(10 + step)
+            if through_graphs:
+                logs.append(model.train_step(data, wrapper))
+                assert model.step_graphs.warming_up and not len(model.step_graphs)
+                continue
+            data = model.data_preprocessor(data, True)
+            padded = [_padded_sample(s, (8, 32)) for s in data['data_samples']]
+            assert all(len(s.gt_instances) == 8 for s in padded)
+            _start_momentum(wrapper.optimizer)
+            lrs = [torch.tensor(g['lr'], dtype=torch.float32) for g in wrapper.optimizer.param_groups]
+            with _device_lr(wrapper.optimizer, lrs):
+                names, values, norm_key, flagged = step_body(model, data['inputs'], padded, wrapper)
+            logs.append(dict(zip(names + [norm_key], values[:len(names) + 1])))
+        results.append((logs, [p.detach().clone() for p in model.parameters()]))
+    (logs, params), (ref_logs, ref_params) = results
+    for log, ref_log in zip(logs, ref_logs):
+        assert log.keys() == ref_log.keys() - {'train/grad_norm'}
+        for key in log:
+            torch.testing.assert_close(log[key], ref_log[key], rtol=0, atol=0)
+    for ours, ref in zip(params, ref_params):
+        torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+    assert any(not torch.equal(p, q) for p, q in zip(params, tiny_detector().parameters()))
+
+
 def test_the_distributed_step_body_is_the_step_body(gloo_world_of_one):
     """step_body with DistributedStep (the parameters as aliases, the gradients set from an
     all-reduce) gives the plain step body's log values and parameters (one process: the
@@ -338,7 +381,8 @@ def _steps(captured, num_steps, batches, lrs=None, optimizer='SGD', amp=False,
     logs = []
     for step in range(num_steps):
         data = copy.deepcopy(batches[step % len(batches)])
-        if not captured and step > 0:  # (step 0: the graphs' eager warm-up, unpadded)
+        # (the captured run's warm-up step pads them too; through DDP it is the eager step)
+        if not captured and (step > 0 or not ddp):
             for sample in data['data_samples']:
                 sample.gt_instances = pad_gt_instances(sample.gt_instances, 16)
         if lrs is not None:
@@ -347,7 +391,9 @@ def _steps(captured, num_steps, batches, lrs=None, optimizer='SGD', amp=False,
         torch.cuda.manual_seed(100 + step)
         logs.append(trained.train_step(data, wrapper))
         if skip_first and step == 0:
-            assert not wrapper.optimizer.state  # (skipped: no momentum buffers)
+            # skipped: no momentum buffers, or (the warm-up step) zeros
+            assert all(not b.any() for s in wrapper.optimizer.state.values()
+                       for b in s.values()) if captured else not wrapper.optimizer.state
             wrapper.loss_scaler.update(1024.0)
     if captured:
         assert model.step_graphs.failed is None, model.step_graphs.failed
