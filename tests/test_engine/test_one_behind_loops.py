@@ -56,12 +56,15 @@ def test_a_batch_is_read_back_after_the_next_batch_is_launched():
 def test_on_a_gpu_a_batch_is_read_without_waiting_for_the_next():
     """Batches 1 and 2 keep the GPU busy for about 1 s each: the batch before each must be cut
     and read while it still runs (on the step's stream the reads would wait for it). The long
-    steps leave room for a GPU shared with other processes, which slows the reads."""
+    steps leave room for a GPU shared with other processes, which slows the reads. A first pass
+    with short steps loads the read's kernels: CUDA loads a kernel's module at its first launch
+    (lazy loading), which can wait for the kernels running then, as in a process's first batch."""
     from mmdet.structures import DetDataSample
     ends, seen = {}, []
+    cycles = {}
 
     def run_step(batch):
-        torch.cuda._sleep(2_000_000_000 if batch else 100_000_000)  # (GPU clock cycles)
+        torch.cuda._sleep(cycles[batch])  # (GPU clock cycles)
         sample = DetDataSample()
         sample.pred_instances = InstanceData(scores=torch.ones(4, device='cuda'),
                                              valid=torch.arange(4, device='cuda') <= batch)
@@ -74,11 +77,18 @@ def test_on_a_gpu_a_batch_is_read_without_waiting_for_the_next():
         later = ends.get(batch + 1)
         seen.append((len(scores), ends[batch].query(), None if later is None else later.query()))
 
-    behind = OneBatchBehind(finish)
-    for idx in range(3):
-        behind.step(idx, idx, run_step)
-    behind.flush()
-    torch.cuda.synchronize()
+    def run_three_batches(batch_cycles):
+        cycles.update(enumerate(batch_cycles))
+        ends.clear()
+        seen.clear()
+        behind = OneBatchBehind(finish)
+        for idx in range(3):
+            behind.step(idx, idx, run_step)
+        behind.flush()
+        torch.cuda.synchronize()
+
+    run_three_batches([1000, 1000, 1000])
+    run_three_batches([100_000_000, 2_000_000_000, 2_000_000_000])
     assert seen == [(1, True, False), (2, True, False), (3, True, None)]
 
 
