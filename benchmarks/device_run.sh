@@ -36,21 +36,18 @@ if [ -d .devwheels ]; then
   source .devwheels/install_wheels.sh .devwheels > "$LOGS/setup.log" 2>&1 || { cat "$LOGS/setup.log"; exit 1; }
 fi
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv >> "$LOGS/setup.log"
-# The image's default CXX (/opt/gcc/bin/g++ wrapper) links no shared libstdc++: C++ errors then
-# crash. Our build, DAIN's (in the flow benchmark too) and what the tests compile (AOTInductor
-# packages, whose .so built by the wrapper crashes when loaded; the C++ example) use /usr/bin/g++.
-BUILD_CXX="${CXX_OVERRIDE:-$( [ -x /usr/bin/g++ ] && echo /usr/bin/g++ || echo "${CXX:-c++}")}"
-export PYTHONPATH="$PWD:${PYTHONPATH:-}" TORCH_CUDA_ARCH_LIST=9.0 CXX="$BUILD_CXX"
+source "$(dirname "${BASH_SOURCE[0]}")/_build_cxx.sh"  # CXX
+export PYTHONPATH="$PWD:${PYTHONPATH:-}" TORCH_CUDA_ARCH_LIST=9.0
 # DAIN's kernels (two files) build beside ours; the flow benchmark then loads them without compiling.
 if [ -d "$DAIN_SRC" ]; then
-  ( CXX="$BUILD_CXX" timeout "$(limit 300)" python3 -m benchmarks.ops._peer_build "$DAIN_SRC" --name dain_depthflowprojection_cuda \
+  ( timeout "$(limit 300)" python3 -m benchmarks.ops._peer_build "$DAIN_SRC" --name dain_depthflowprojection_cuda \
       --build-dir "$DAIN_BUILD" > "$LOGS/dain_build.log" 2>&1; echo "dain build rc=$?" > "$LOGS/dain_build.rc" ) &
   DAIN_PID=$!
 else
   say "no $DAIN_SRC: the flow benchmark times ours alone"
 fi
 start=$(date +%s)
-CXX="$BUILD_CXX" FORCE_CUDA=1 MAX_JOBS=16 timeout "$(limit 400)" python3 setup.py build_ext --inplace > "$LOGS/build.log" 2>&1 \
+FORCE_CUDA=1 MAX_JOBS=16 timeout "$(limit 400)" python3 setup.py build_ext --inplace > "$LOGS/build.log" 2>&1 \
   || { say "build failed"; tail -40 "$LOGS/build.log"; exit 1; }
 say "build: $(( $(date +%s) - start )) s"
 python3 -c "import torch, redet_plugin.ops; from redet_plugin import _ext; print('with_cuda', _ext.with_cuda(), torch.cuda.get_device_name())" | tee -a "$OUT/summary.txt"
@@ -64,7 +61,7 @@ for b in $BENCHES; do
   name=$(basename "$b" .py); extra=""
   [ "$name" = bench_depth_flow_projection ] && [ -d "$DAIN_SRC" ] && extra="--dain-src $DAIN_SRC --dain-build-dir $DAIN_BUILD"
   # a reserve of 200 s is kept for the tests and sanitizers
-  CXX="$BUILD_CXX" timeout "$(limit "${BENCH_TIMEOUT:-200}" 200)" python3 -m "$(module "$b")" \
+  timeout "$(limit "${BENCH_TIMEOUT:-200}" 200)" python3 -m "$(module "$b")" \
     --out "$OUT/${name#bench_}.json" $extra > "$LOGS/${name}.log" 2>&1
   rc=$?; say "bench $b rc=$rc ($(( $(date +%s) - T0 )) s)"; [ $rc -ne 0 ] && tail -8 "$LOGS/${name}.log"
 done

@@ -22,6 +22,7 @@ finish() { tar -czf "$OUT/measure_logs.tar.gz" -C "$OUT" measure_logs && rm -rf 
 trap finish EXIT
 [ -d /tmp/site ] && export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+source "$(dirname "${BASH_SOURCE[0]}")/_build_cxx.sh"  # CXX
 DATA="$PWD/data/synthetic_dota_1024"; WORK="$PWD/work_dirs/shipped"
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 # the data set of every step (step 1's bench adds the peer's labels)
