@@ -287,9 +287,11 @@ def table_rows():
 def test_data_doc_table_names_every_data_set_and_existing_configs():
     rows = table_rows()
     assert [r[0].split(' (')[0] for r in rows] == ['DOTA-v1.0', 'DOTA-v1.0, multi-scale + rotation', 'DOTA-v1.5',
+                                                  'DOTA-v1.5, multi-scale + rotation',
                                                   'DOTA-v2.0', 'HRSC2016', 'DIOR-R']
     named = {name for _, _, configs in rows for name in configs}
-    assert set(CASES) | {'redet-le90_re50_refpn_1x_dota.py', 'redet-le90_re50_refpn_rr-1x_dota-ms.py'} <= named
+    assert set(CASES) | {'redet-le90_re50_refpn_1x_dota.py', 'redet-le90_re50_refpn_rr-1x_dota-ms.py',
+                        'redet-le90_re50_refpn_rr-1x_dota15-ms.py'} <= named
     for name in named:
         assert osp.isfile(real_config(name)), name
 

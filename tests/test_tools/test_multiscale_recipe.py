@@ -1,5 +1,5 @@
-"""ReDet's multi-scale + rotation recipe (configs/redet/redet-le90_re50_refpn_rr-1x_dota-ms.py) end
-to end on the CPU: generated 600 x 600 DOTA-format images, split at rates 0.5, 1.0 and 1.5 by
+"""ReDet's multi-scale + rotation recipe (configs/redet/redet-le90_re50_refpn_rr-1x_dota-ms.py, and
+its DOTA-v1.5 twin ..._rr-1x_dota15-ms.py) end to end on the CPU: generated 600 x 600 DOTA-format images, split at rates 0.5, 1.0 and 1.5 by
 tools/dataset_converters/dota_split.py, two training iterations through tools/train.py (the recipe with the
 tiny model), detection on the test patches through tools/test.py, merged back into the full
 images' pixels as Task1 files. Also: the preparation commands of the config's header, the
@@ -33,6 +33,10 @@ from redet_plugin.structures import qbox2rbox, rbox2qbox
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, ROOT)
 MS_CONFIG = osp.join(ROOT, 'configs/redet/redet-le90_re50_refpn_rr-1x_dota-ms.py')
+MS15_CONFIG = osp.join(ROOT, 'configs/redet/redet-le90_re50_refpn_rr-1x_dota15-ms.py')
+# each recipe -> the single-scale config whose model and schedule it keeps
+SINGLE_SCALE = {MS_CONFIG: 'configs/redet/redet-le90_re50_refpn_1x_dota.py',
+                MS15_CONFIG: 'configs/redet/redet-le90_re50_refpn_1x_dota15.py'}
 MS_DATA = osp.join(ROOT, 'configs/_base_/datasets/dota_ms.py')
 HRSC_DATA = osp.join(ROOT, 'configs/_base_/datasets/hrsc.py')
 TINY = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
@@ -123,12 +127,13 @@ def test_merge_maps_every_rate_back_to_the_full_image(ms_data):
             assert len(nearest) >= 0.6 * len(truth)  # most objects are whole in some patch
 
 
-def test_config_header_gives_the_preparation_commands():
+@pytest.mark.parametrize('config', [MS_CONFIG, MS15_CONFIG], ids=osp.basename)
+def test_config_header_gives_the_preparation_commands(config):
     """The split commands at the top of the recipe (and of its data base) are dota_split.py's
     command lines for ReDet's and mmrotate's multi-scale split, writing where the config reads."""
-    cfg = Config.fromfile(MS_CONFIG)
+    cfg = Config.fromfile(config)
     tool = load_tool('dataset_converters/dota_split.py')
-    for path in (MS_CONFIG, MS_DATA):
+    for path in (config, MS_DATA) if config == MS_CONFIG else (config,):
         with open(path) as f:
             commands = [line.lstrip('# ').strip() for line in f
                         if line.lstrip('# ').startswith('python tools/dataset_converters/dota_split.py')]
@@ -161,19 +166,26 @@ def build_pipelines_and_metrics(cfg):
                     METRICS.build(metric)
 
 
-def test_ms_config_builds():
-    cfg = Config.fromfile(MS_CONFIG)
+@pytest.mark.parametrize('config', [MS_CONFIG, MS15_CONFIG], ids=osp.basename)
+def test_ms_config_builds(config):
+    cfg = Config.fromfile(config)
     build_pipelines_and_metrics(cfg)
     assert cfg.val_cfg is None and cfg.val_dataloader is None and cfg.val_evaluator is None
     rotate = [t for t in cfg.train_dataloader.dataset.pipeline if t.type == 'RedetRandomRotate']
     assert rotate == [dict(type='RedetRandomRotate', prob=0.5, max_angle=180, rect_obj_labels=[9, 11])]
-    classes = DATASETS.get('RedetDOTADataset').METAINFO['classes']
+    single_scale = Config.fromfile(osp.join(ROOT, SINGLE_SCALE[config]))
+    dataset_type = single_scale.train_dataloader.dataset.type
+    assert cfg.train_dataloader.dataset.type == cfg.test_dataloader.dataset.type == dataset_type
+    classes = DATASETS.get(dataset_type).METAINFO['classes']
     assert [classes[i] for i in rotate[0].rect_obj_labels] == ['storage-tank', 'roundabout']
     assert cfg.test_evaluator.merge_patches and cfg.test_evaluator.format_only
-    # the model and schedule of redet-le90_re50_refpn_1x_dota.py
-    published = Config.fromfile(osp.join(ROOT, 'configs/redet/redet-le90_re50_refpn_1x_dota.py'))
-    assert cfg.model == published.model and cfg.optim_wrapper == published.optim_wrapper
-    assert cfg.param_scheduler == published.param_scheduler and cfg.train_cfg == published.train_cfg
+    # each recipe writes its submission files in a folder of its own
+    assert cfg.test_evaluator.outfile_prefix != single_scale.test_evaluator.outfile_prefix
+    if config != MS_CONFIG:
+        assert cfg.test_evaluator.outfile_prefix != Config.fromfile(MS_CONFIG).test_evaluator.outfile_prefix
+    # the model and schedule of the single-scale config
+    assert cfg.model == single_scale.model and cfg.optim_wrapper == single_scale.optim_wrapper
+    assert cfg.param_scheduler == single_scale.param_scheduler and cfg.train_cfg == single_scale.train_cfg
 
 
 def test_hrsc_config_builds():
@@ -218,11 +230,11 @@ def test_rotation_keeps_upright_annotated_objects_upright(labels, upright):
     assert 'rect_obj_labels=[2]' in repr(rotate)
 
 
-def tiny_ms_config(path, data_root, outfile_prefix):
-    """The recipe with the tiny model (configs/redet/redet-le90_re18_refpn_tiny-synthetic.py),
+def tiny_ms_config(config, path, data_root, outfile_prefix):
+    """The recipe `config` with the tiny model (configs/redet/redet-le90_re18_refpn_tiny-synthetic.py),
     the synthetic classes, 256² patches at their size, the first 4 training patches, one process."""
     tiny_model = Config.fromfile(TINY).model.to_dict()
-    path.write_text(f'''_base_ = [{MS_CONFIG!r}]
+    path.write_text(f'''_base_ = [{config!r}]
 model = dict(_delete_=True, **{tiny_model!r})
 classes = {tuple(SYNTHETIC_CLASSES)!r}
 data_root = {str(data_root) + '/'!r}
@@ -247,12 +259,13 @@ visualizer = dict(name={'visualizer_' + path.parent.name!r})
     return str(path)
 
 
-def test_train_and_test_on_multiscale_patches_merge_into_full_images(ms_data, tmp_path):
+@pytest.mark.parametrize('recipe', [MS_CONFIG, MS15_CONFIG], ids=osp.basename)
+def test_train_and_test_on_multiscale_patches_merge_into_full_images(recipe, ms_data, tmp_path):
     from tools.test import main as test_main
     from tools.train import main as train_main
     raw, split = ms_data
     task1 = tmp_path / 'Task1'
-    config = tiny_ms_config(tmp_path / 'tiny_ms.py', split, task1)
+    config = tiny_ms_config(recipe, tmp_path / 'tiny_ms.py', split, task1)
     work_dir = str(tmp_path / 'work')
     train_main([config, '--work-dir', work_dir])
     with open(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))[0]) as f:
