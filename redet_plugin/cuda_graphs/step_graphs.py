@@ -144,8 +144,7 @@ class _StepGraph:
         self.inputs = inputs.clone()
         self.samples = [_padded_sample(s, capacity) for s in samples]
         optimizer = optim_wrapper.optimizer
-        self.lrs = [torch.tensor(float(g["lr"]), dtype=torch.float32, device=inputs.device)
-                    for g in optimizer.param_groups]
+        self.lrs = _lr_tensors(optimizer, inputs.device)
         # the capture's backward must make new gradients (in the graph's pool), not accumulate
         # into tensors that the eager steps made and later free
         optimizer.zero_grad(set_to_none=True)
@@ -189,8 +188,7 @@ def _warmup_step(model: nn.Module, inputs: torch.Tensor, samples: list, optim_wr
     numbers of the uninterrupted run's replays."""
     optimizer = optim_wrapper.optimizer
     padded = [_padded_sample(s, capacity) for s in samples]
-    lrs = [torch.tensor(float(g["lr"]), dtype=torch.float32, device=inputs.device)
-           for g in optimizer.param_groups]
+    lrs = _lr_tensors(optimizer, inputs.device)
     # (torch's fused SGD makes missing momentum buffers uninitialised, and a step skipped by
     # the inf check leaves them so)
     _start_momentum(optimizer)
@@ -306,6 +304,12 @@ def _agreement(distributed: DistributedStep, key: tuple):
     without the device (each process has its own)."""
     shared = tuple(part for part in key if not isinstance(part, torch.device))
     return lambda action: distributed.agree_action(action, shared)
+
+
+def _lr_tensors(optimizer, device) -> list:
+    """Each param group's lr as the float32 device tensor _device_lr hands the optimizer."""
+    return [torch.tensor(float(g["lr"]), dtype=torch.float32, device=device)
+            for g in optimizer.param_groups]
 
 
 class _device_lr:
