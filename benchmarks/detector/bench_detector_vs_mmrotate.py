@@ -126,13 +126,17 @@ def parse_args(argv=None):
                    help="whose configs and which generated layout: DOTA (mmrotate's 1x DOTA "
                         "config) or HRSC2016 (both projects' 3x HRSC configs)")
     p.add_argument('--ours-config', help="default: the --dataset's config of ours")
+    p.add_argument('--val-interval', type=int,
+                   help='our runs also test on the test split every this many iterations during '
+                        'training (the mAP curve; default: no validation)')
     p.add_argument('--min-iters-for-map', type=int, default=400,
                    help='below this, mAP goals are reported as null (too little training)')
     p.add_argument('--timeout', type=int, default=900, help='seconds per training or test process')
     p.add_argument('--budget-s', type=int, help='seconds for the whole benchmark (default: none)')
     args = p.parse_args(argv)
-    for name in ('iters', 'log_interval', 'workers', 'num_train', 'num_val', 'image_size'):
-        if getattr(args, name) < (0 if name == 'workers' else 1):
+    for name in ('iters', 'log_interval', 'workers', 'num_train', 'num_val', 'image_size',
+                 'val_interval'):
+        if getattr(args, name) is not None and getattr(args, name) < (0 if name == 'workers' else 1):
             p.error(f'--{name.replace("_", "-")}: got {getattr(args, name)}')
     if args.skip >= args.iters:
         p.error(f'--skip ({args.skip}) must be below --iters ({args.iters})')
@@ -187,7 +191,8 @@ def bench_configs(args, config_dir):
         'mmrotate': dict(peer),
         'mmrotate_ops': dict(peer, base=OPS_CONFIG),
         'ours': dict(base=osp.abspath(args.ours_config), ann='labelTxt',
-                     scratch='backbone=dict(init_cfg=None, frozen_stages=-1)'),
+                     scratch='backbone=dict(init_cfg=None, frozen_stages=-1)',
+                     val_interval=args.val_interval),
     }
     if args.dataset != 'dota':
         del configs['mmrotate_ops']
@@ -289,7 +294,8 @@ val_dataloader = None
 val_evaluator = None
 param_scheduler = [dict(type='LinearLR', start_factor=1.0 / 3, by_epoch=False, begin=0,
                         end={args.lr_warmup})]
-default_hooks = dict(logger=dict(interval={args.log_interval}),
+# (metrics logged at the iteration, not the epoch, of an iteration-based run)
+default_hooks = dict(logger=dict(interval={args.log_interval}, log_metric_by_epoch=False),
                      checkpoint=dict(by_epoch=False, interval={args.iters}, max_keep_ckpts=1))
 log_processor = dict(by_epoch=False, window_size={args.log_interval})
 train_dataloader = dict(batch_size=2, {loader},
@@ -297,6 +303,19 @@ train_dataloader = dict(batch_size=2, {loader},
                         dataset={datasets['train_dataloader']!r})
 test_dataloader = dict(batch_size=1, {loader},
                        dataset={datasets['test_dataloader']!r})
+""" + validation_text(spec.get('val_interval'), args.iters)
+
+
+def validation_text(interval, iters):
+    """Config lines that test on the test split every `interval` training iterations (none
+    without an interval): the mAP curve of a run, from its training log."""
+    if not interval:
+        return ''
+    return f"""train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters={iters},
+                 val_interval={interval})
+val_cfg = dict(type='ValLoop')
+val_dataloader = test_dataloader
+val_evaluator = _base_.test_evaluator
 """
 
 
@@ -432,7 +451,10 @@ def profiler_table(log_path):
 
 def train_summary(work_dir, images_per_iter, skip):
     result = summarize(work_dir, images_per_iter, skip)
-    result.pop('val', None)
+    val = result.pop('val', None) or []
+    curve = [(r['step'], next((r[key] for key in MAP50_KEYS if key in r), None)) for r in val]
+    if curve:
+        result['map50_curve'] = curve  # (iteration, mAP@0.5) of each validation
     result['peak_cuda_memory'] = read_peaks(work_dir)
     return result
 
