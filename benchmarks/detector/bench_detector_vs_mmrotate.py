@@ -467,8 +467,8 @@ def time_left(args, deadline):
 
 
 def bench_run(run, args, config, gpus, deadline, save):
-    """One run's results; `save(partial)` keeps them before the captured run's eager test (a
-    call cut during it keeps the run's training and test)."""
+    """One run's results; `save(partial)` keeps them after the training and before each test (a
+    call cut during a test keeps what finished before it)."""
     if run == 'ours_dist2' and gpus < 2:
         return dict(skipped=f'{gpus} GPU(s): dist_train.sh on 2 GPUs needs 2')
     if run.startswith('mmrotate') and mmrotate_tools() is None:
@@ -488,6 +488,7 @@ def bench_run(run, args, config, gpus, deadline, save):
         return dict(result, profile_table=profiler_table(train_log))
     images_per_iter = 2 * (2 if run == 'ours_dist2' else 1)
     result['train'] = train_summary(work_dir, images_per_iter, args.skip)
+    save(result)  # a test cut by the budget leaves the training's numbers
     test_log = osp.join(args.log_dir, f'test_{run}.log')
     rc, result['test_wall_s'] = run_logged(test_cmd, test_log, time_left(args, deadline),
                                            subprocess_env(test_env))
