@@ -267,8 +267,8 @@ def detector_run_row(name, run, extra_cells=None, extra_columns=0):
             f"{train.get('loss_first_logged', 0):.2f} → {train.get('loss_last_logged', 0):.2f}"]
 
 
-def detector_vs_mmrotate(path, d):
-    s, runs = d['settings'], d['runs']
+def rows_against_mmrotate(runs):
+    """The detector runs' table rows, each with its training and test speed-up over mmrotate's."""
     base = runs.get('mmrotate', {})
     base_iter = base.get('train', {}).get('median_iter_time_s')
     base_test = base.get('test', {}).get('s_per_image')
@@ -278,7 +278,12 @@ def detector_vs_mmrotate(path, d):
             return ('1', '1')
         return (ratio(base_iter, train['median_iter_time_s']),
                 ratio(base_test, test.get('s_per_image')))
-    rows = [detector_run_row(name, run, speed_ups, extra_columns=2) for name, run in runs.items()]
+    return [detector_run_row(name, run, speed_ups, extra_columns=2) for name, run in runs.items()]
+
+
+def detector_vs_mmrotate(path, d):
+    s, runs = d['settings'], d['runs']
+    rows = rows_against_mmrotate(runs)
     packages = ', '.join(f'{k} {v}' for k, v in d['environment']['packages'].items())
     intro = (f"Our ReDet R50 (ReResNet-50 + ReFPN) against mmrotate-dev's, each trained from "
              f"scratch through its project's own `tools/train.py` for {s['iters']} iterations at "
@@ -318,16 +323,7 @@ def hrsc_vs_mmrotate(path, d):
     """The HRSC2016 configs of both projects on generated HRSC2016-layout data: speed, and our
     mAP during training (validations every --val-interval iterations)."""
     s, runs = d['settings'], d['runs']
-    base = runs.get('mmrotate', {})
-    base_iter = base.get('train', {}).get('median_iter_time_s')
-    base_test = base.get('test', {}).get('s_per_image')
-
-    def speed_ups(name, train, test):
-        if name == 'mmrotate':
-            return ('1', '1')
-        return (ratio(base_iter, train['median_iter_time_s']),
-                ratio(base_test, test.get('s_per_image')))
-    rows = [detector_run_row(name, run, speed_ups, extra_columns=2) for name, run in runs.items()]
+    rows = rows_against_mmrotate(runs)
     intro = (f"ReDet's HRSC2016 setup in both projects (ours: "
              f"`configs/redet/redet-le90_re50_refpn_3x_hrsc.py`; mmrotate-dev's "
              f"`redet-le90_re50_refpn_3x_hrsc.py`: 800 x 512, one class), each trained from "
