@@ -162,8 +162,9 @@ def test_kernels_go_to_the_innermost_part_holding_their_launch():
         'forward', 'backbone', 'rpn assign', 'rpn loss', 'backward heads', 'other', 'backbone']
 
 
-def test_the_captured_run_is_kept_before_its_eager_test(monkeypatch, tmp_path):
-    """A call cut during the captured run's eager test keeps that run's training and test."""
+def test_a_run_is_kept_before_each_of_its_tests(monkeypatch, tmp_path):
+    """A call cut during a run's test keeps its training; one cut during the captured run's eager
+    test keeps that run's training and test."""
     from types import SimpleNamespace
 
     import benchmarks.detector.bench_detector_vs_mmrotate as bench
@@ -181,8 +182,10 @@ def test_the_captured_run_is_kept_before_its_eager_test(monkeypatch, tmp_path):
                            timeout=10)
     result = bench.bench_run(bench.CAPTURED, args, 'config.py', 1, None,
                              lambda outcome: kept.append((list(launched), dict(outcome))))
-    assert [k[0] for k in kept] == [['train', 'test']]  # kept once, before the eager test
-    assert kept[0][1]['test']['mAP50'] == 0.5 and 'test_eager_predict' not in kept[0][1]
+    # kept after the training, then before the eager test
+    assert [k[0] for k in kept] == [['train'], ['train', 'test']]
+    assert 'train' in kept[0][1] and 'test' not in kept[0][1]
+    assert kept[1][1]['test']['mAP50'] == 0.5 and 'test_eager_predict' not in kept[1][1]
     assert launched == ['train', 'test', 'test'] and result['test_eager_predict']['mAP50'] == 0.5
 
 
