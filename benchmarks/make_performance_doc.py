@@ -318,7 +318,6 @@ def detector_vs_mmrotate(path, d):
                          rows), *after]
 
 
-
 def hrsc_vs_mmrotate(path, d):
     """The HRSC2016 configs of both projects on generated HRSC2016-layout data: speed, and our
     mAP during training (validations every --val-interval iterations)."""
@@ -351,6 +350,7 @@ def hrsc_vs_mmrotate(path, d):
                          f"reported: " + ', '.join(f'{label} {num(value)}'
                                                   for label, value in reported) + '.')
     return parts
+
 
 # the options the `ours` run of benchmarks/results/captured_training_h200.json was measured with
 # (the bench's `ours` is the configs as shipped, which now capture the step)

@@ -65,8 +65,8 @@ if has 5; then
   start=$(date +%s)
   # the bench's budget ends its runs; the outer limit, later (the bench's imports come before its
   # budget starts), only catches a hang
-  timeout "$(limit 360 30)" python3 -m benchmarks.detector.bench_detector_vs_mmrotate --dataset hrsc --runs ours mmrotate \
-    --iters 200 --val-interval 40 --min-iters-for-map 200 --num-train 60 --num-val 20 \
+  timeout "$(limit 360 30)" python3 -m benchmarks.detector.bench_detector_vs_mmrotate --dataset hrsc \
+    --runs ours mmrotate --iters 200 --val-interval 40 --min-iters-for-map 200 --num-train 60 --num-val 20 \
     --work-root "$PWD/work_dirs/hrsc" --out "$OUT/hrsc_vs_mmrotate.json" --log-dir "$LOGS/hrsc" \
     --budget-s "$(limit 330 60)" > "$LOGS/hrsc.log" 2>&1
   say "hrsc vs mmrotate rc=$? $(( $(date +%s) - start )) s"; grep -E "s/iter|rc=" "$LOGS/hrsc.log" | tee -a "$OUT/measure_summary.txt"

@@ -282,16 +282,16 @@ def config_text(args, spec):
                               data_prefix=dict(sub_data_root='FullDataSet/'))
                     for key, split in (('train_dataloader', 'trainval'),
                                        ('test_dataloader', 'test'))}
+    test_loader = f"dict(batch_size=1, {loader}, dataset={datasets['test_dataloader']!r})"
+    val_interval = f", val_interval={spec['val_interval']}" if spec.get('val_interval') else ''
     return f"""# Written by benchmarks/detector/bench_detector_vs_mmrotate.py: the shared benchmark
 # settings.
 _base_ = {spec['base']!r}
 model = dict({spec['scratch']})
 load_from = None
 randomness = dict(seed=0)
-train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters={args.iters})
-val_cfg = None
-val_dataloader = None
-val_evaluator = None
+train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters={args.iters}{val_interval})
+{validation_text(spec.get('val_interval'), test_loader)}
 param_scheduler = [dict(type='LinearLR', start_factor=1.0 / 3, by_epoch=False, begin=0,
                         end={args.lr_warmup})]
 # (metrics logged at the iteration, not the epoch, of an iteration-based run)
@@ -301,30 +301,28 @@ log_processor = dict(by_epoch=False, window_size={args.log_interval})
 train_dataloader = dict(batch_size=2, {loader},
                         sampler=dict(_delete_=True, type='InfiniteSampler', shuffle=True),
                         dataset={datasets['train_dataloader']!r})
-test_dataloader = dict(batch_size=1, {loader},
-                       dataset={datasets['test_dataloader']!r})
-""" + validation_text(spec.get('val_interval'), args.iters)
-
-
-def validation_text(interval, iters):
-    """Config lines that test on the test split every `interval` training iterations (none
-    without an interval): the mAP curve of a run, from its training log."""
-    if not interval:
-        return ''
-    return f"""train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters={iters},
-                 val_interval={interval})
-val_cfg = dict(type='ValLoop')
-val_dataloader = test_dataloader
-val_evaluator = _base_.test_evaluator
+test_dataloader = {test_loader}
 """
 
 
+def validation_text(interval, test_loader):
+    """The config's validation: none, or a test with `test_loader` (every `interval` training
+    iterations, as train_cfg says: the mAP curve of a run, from its training log)."""
+    if not interval:
+        return 'val_cfg = None\nval_dataloader = None\nval_evaluator = None'
+    return (f"val_cfg = dict(type='ValLoop')\nval_dataloader = {test_loader}\n"
+            f"val_evaluator = _base_.test_evaluator")
+
+
 def resized_pipelines(config_path, size):
-    """Config lines that set the config's train and test pipelines with every Resize at size^2."""
+    """Config lines that set the config's train, validation and test pipelines with every Resize at
+    size^2."""
     from mmengine.config import Config
     cfg = Config.fromfile(config_path, import_custom_modules=False)
     lines = ''
-    for key in ('train_dataloader', 'test_dataloader'):
+    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        if not cfg.get(key):  # (no validation)
+            continue
         pipeline = [step.to_dict() for step in cfg[key]['dataset']['pipeline']]
         for step in pipeline:
             if str(step.get('type', '')).split('.')[-1] == 'Resize':
@@ -412,6 +410,11 @@ _TEST_ITER = re.compile(r'(?:Epoch|Iter)\(test\)\s*\[\s*(\d+)/(\d+)\]\s+eta:.*?\
                         r'(?:\s+data_time: ([0-9.]+))?(?:.*?memory: (\d+))?')
 
 
+def map50(metrics):
+    """mAP@0.5 from a run's metrics, by either project's name for it (None when absent)."""
+    return next((metrics[key] for key in MAP50_KEYS if key in metrics), None)
+
+
 def test_summary(test_dir):
     """s/image (median of the logged windows after the first), the same without the wait for
     data (mmengine's data_time: the model's time per image), peak memory and the metrics."""
@@ -434,7 +437,7 @@ def test_summary(test_dir):
                 model_s_per_image=statistics.median(model_steady) if model_steady else None,
                 logged_windows=windows, peak_memory_mb=max(memory) if memory else None,
                 peak_cuda_memory=read_peaks(test_dir),
-                mAP50=next((metrics[key] for key in MAP50_KEYS if key in metrics), None),
+                mAP50=map50(metrics),
                 metrics=metrics)
 
 
@@ -452,7 +455,7 @@ def profiler_table(log_path):
 def train_summary(work_dir, images_per_iter, skip):
     result = summarize(work_dir, images_per_iter, skip)
     val = result.pop('val', None) or []
-    curve = [(r['step'], next((r[key] for key in MAP50_KEYS if key in r), None)) for r in val]
+    curve = [(r['step'], map50(r)) for r in val]
     if curve:
         result['map50_curve'] = curve  # (iteration, mAP@0.5) of each validation
     result['peak_cuda_memory'] = read_peaks(work_dir)
