@@ -44,7 +44,7 @@ fi
 if has 2; then
   CKPT="$WORK/ours/iter_$ITERS.pth"; [ -f "$CKPT" ] || CKPT=""
   start=$(date +%s)
-  timeout "$(limit 240 60)" python3 -m benchmarks.deploy.bench_compiled_package \
+  timeout "$(limit 480 15)" python3 -m benchmarks.deploy.bench_compiled_package \
     --out "$OUT/compiled_package.json" --data-root "$DATA" --work-dir "$WORK/packages" \
     ${CKPT:+--checkpoint "$CKPT"} > "$LOGS/compiled_package.log" 2>&1
   say "compiled package rc=$? $(( $(date +%s) - start )) s"; grep -E "ms / image|failed" "$LOGS/compiled_package.log" | tee -a "$OUT/measure_summary.txt"

@@ -29,6 +29,8 @@ import time
 
 import torch
 
+from benchmarks._timing import write_json
+
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 RUNS = ('test_step', 'program', 'compiled')
 GOAL_COMPILED_OVER_TEST_STEP = 1.5
@@ -114,7 +116,6 @@ def package_runner(args, work_dir, compile):
 def main(argv=None):
     args = parse_args(argv)
     import redet_plugin.mm  # noqa: F401  (the config's components)
-    from benchmarks._timing import write_json
     images = load_images(args.data_root, args.image_size, args.images + args.warmup)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix='redet_packages_')
     os.makedirs(work_dir, exist_ok=True)
@@ -137,13 +138,19 @@ def main(argv=None):
         except Exception as error:  # (one run failing must not lose the others' results)
             runs[name] = dict(error=f'{type(error).__name__}: {str(error).splitlines()[0]}')
             print(f'{name}: failed: {runs[name]["error"]}', file=sys.stderr)
-            continue
-        runs[name] = dict(ms_per_image=round(ms, 2), detections=counts,
-                          **({} if made_s is None else dict(export_s=round(made_s, 1))))
-        made = '' if made_s is None else f' (made in {made_s:.0f} s)'
-        print(f'{name}: {ms:.2f} ms / image{made}')
+        else:
+            runs[name] = dict(ms_per_image=round(ms, 2), detections=counts,
+                              **({} if made_s is None else dict(export_s=round(made_s, 1))))
+            made = '' if made_s is None else f' (made in {made_s:.0f} s)'
+            print(f'{name}: {ms:.2f} ms / image{made}')
+        # written after every run: a time limit that cuts the (slow) compile keeps the others
+        write_json(args.out, results_of(args, runs, trained, argv))
         if args.device == 'cuda':
             torch.cuda.empty_cache()  # (the next run's memory from a clean cache)
+
+
+def results_of(args, runs, trained, argv):
+    """The JSON of the runs so far, with the speed-ups over test_step and the goal."""
     ratios = {}
     for name in ('program', 'compiled'):
         if 'ms_per_image' in runs.get('test_step', {}) and 'ms_per_image' in runs.get(name, {}):
@@ -152,7 +159,7 @@ def main(argv=None):
     speedup = ratios.get('compiled_speedup_over_test_step')
     environment = dict(device=torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu',
                        torch=torch.__version__, cuda=torch.version.cuda)
-    result = dict(
+    return dict(
         environment=environment, command='python -m benchmarks.deploy.bench_compiled_package '
         + ' '.join(sys.argv[1:] if argv is None else argv),
         settings=dict(config=osp.relpath(args.config, REPO), trained_checkpoint=trained,
@@ -161,7 +168,6 @@ def main(argv=None):
         runs=runs, ratios=ratios,
         goals=dict(compiled_at_least_1_5x_test_step=(
             None if speedup is None else speedup >= GOAL_COMPILED_OVER_TEST_STEP)))
-    write_json(args.out, result)
 
 
 if __name__ == '__main__':
