@@ -5,7 +5,8 @@
 #   1. detector_vs_mmrotate.json: ours as shipped (fp32 and --amp) against mmrotate's ReDet,
 #      each through its own tools/train.py and tools/test.py (bench_detector_vs_mmrotate.py)
 #   2. compiled_package.json: the exported program and AOTInductor package against the model as
-#      tools/test.py runs it, on the checkpoint step 1 trained (bench_compiled_package.py)
+#      tools/test.py runs it, on the checkpoint step 1 trained, and against mmrotate's test.py on
+#      the checkpoint step 1 trained of mmrotate's (bench_compiled_package.py)
 #   3. test_data_loading.json: the test-time loader (batch 1, the config's workers) by worker count
 #   4. startup.json: tools/train.py and tools/test.py from their start to their first steps
 #   5. hrsc_vs_mmrotate.json: the HRSC2016 configs of both projects on generated HRSC2016-layout
@@ -43,10 +44,12 @@ if has 1; then
 fi
 if has 2; then
   CKPT="$WORK/ours/iter_$ITERS.pth"; [ -f "$CKPT" ] || CKPT=""
+  PEER_CKPT="$WORK/mmrotate/iter_$ITERS.pth"; [ -f "$PEER_CKPT" ] || PEER_CKPT=""
   start=$(date +%s)
   timeout "$(limit 480 15)" python3 -m benchmarks.deploy.bench_compiled_package \
     --out "$OUT/compiled_package.json" --data-root "$DATA" --work-dir "$WORK/packages" \
-    ${CKPT:+--checkpoint "$CKPT"} > "$LOGS/compiled_package.log" 2>&1
+    ${CKPT:+--checkpoint "$CKPT"} ${PEER_CKPT:+--mmrotate-checkpoint "$PEER_CKPT"} \
+    > "$LOGS/compiled_package.log" 2>&1
   say "compiled package rc=$? $(( $(date +%s) - start )) s"; grep -E "ms / image|failed" "$LOGS/compiled_package.log" | tee -a "$OUT/measure_summary.txt"
 fi
 if has 3; then

@@ -171,11 +171,14 @@ def ensure_data(args, log_dir):
             for split in ('train', 'val')}
 
 
-def write_peer_labels(split_dir):
-    """<split>/annfiles/: the labelTxt files without the imagesource:/gsd: header lines."""
-    out_dir = osp.join(split_dir, PEER_ANN_DIR)
+def write_peer_labels(split_dir, out_dir=None, stems=None):
+    """out_dir (default <split>/annfiles/): the labelTxt files (of the images named by `stems`,
+    default all) without the imagesource:/gsd: header lines."""
+    out_dir = out_dir or osp.join(split_dir, PEER_ANN_DIR)
     os.makedirs(out_dir, exist_ok=True)
     for path in glob.glob(osp.join(split_dir, 'labelTxt', '*.txt')):
+        if stems is not None and osp.splitext(osp.basename(path))[0] not in stems:
+            continue
         with open(path) as f:
             lines = [line for line in f if not line.startswith(('imagesource:', 'gsd:'))]
         with open(osp.join(out_dir, osp.basename(path)), 'w') as f:
@@ -415,9 +418,9 @@ def map50(metrics):
     return next((metrics[key] for key in MAP50_KEYS if key in metrics), None)
 
 
-def test_summary(test_dir):
-    """s/image (median of the logged windows after the first), the same without the wait for
-    data (mmengine's data_time: the model's time per image), peak memory and the metrics."""
+def test_summary(test_dir, skip=1):
+    """s/image (median of the logged windows after the first `skip`), the same without the wait
+    for data (mmengine's data_time: the model's time per image), peak memory and the metrics."""
     logs = sorted(glob.glob(osp.join(test_dir, '*', '*.log')))
     windows, model_windows, memory = [], [], []
     for line in open(logs[-1]) if logs else []:
@@ -432,7 +435,7 @@ def test_summary(test_dir):
     for path in sorted(glob.glob(osp.join(test_dir, '*', '*.json'))):
         with open(path) as f:
             metrics = {k: v for k, v in json.load(f).items() if '/' in k}
-    steady, model_steady = windows[1:] or windows, model_windows[1:] or model_windows
+    steady, model_steady = windows[skip:] or windows, model_windows[skip:] or model_windows
     return dict(s_per_image=statistics.median(steady) if steady else None,
                 model_s_per_image=statistics.median(model_steady) if model_steady else None,
                 logged_windows=windows, peak_memory_mb=max(memory) if memory else None,

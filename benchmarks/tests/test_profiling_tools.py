@@ -143,6 +143,7 @@ def test_test_summary_reads_the_models_time_without_the_wait_for_data(tmp_path):
     assert summary['s_per_image'] == pytest.approx(0.0115)  # the first window is warm-up
     assert summary['model_s_per_image'] == pytest.approx((0.0100 + 0.0105) / 2)
     assert summary['peak_memory_mb'] == 300
+    assert test_summary(str(tmp_path / 'test'), skip=2)['s_per_image'] == pytest.approx(0.0110)
 
 
 def test_device_idle_splits_launch_gaps_from_waits():
