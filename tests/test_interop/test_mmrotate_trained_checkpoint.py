@@ -7,7 +7,8 @@ trained model has few, and hides what only shows with many: near-ties in the NMS
 and tested by a Runner with its config's test loop and DOTAMetric. The same file then goes
 through our tools/test.py as a user runs it (the config's defaults: captured features,
 channels-last, the fixed-size NMS), on the GPU and on the CPU (there mmrotate's second RoI stage
-runs our RiRoIAlignRotated with legacy_orientation=True, as mmcv's kernel has no CPU code).
+runs our RiRoIAlignRotated with legacy_orientation=True, as mmcv's kernel has no CPU code; the CPU
+runs test the first CPU_IMAGES images, since two R50 detectors on the CPU take minutes).
 In float32 image by image the detections must match (same label, score within 1e-3, box numbers
 within 1e-3 of the box's size), and the mAP within 0.002.
 With TF32, as torch sets it for cuDNN's convolutions, each model's convolutions round their
@@ -47,6 +48,8 @@ TRAIN_ITERS = 300
 SCORE_TOL = 1e-3
 BOX_RTOL = 1e-3
 MAP_TOL = 0.002
+CPU_IMAGES = 6
+TEST_SPLIT = dict(cuda='val', cpu='val_cpu')  # (val_cpu: the first CPU_IMAGES of val)
 
 
 def write_peer_labels(split_dir: str) -> None:
@@ -71,12 +74,24 @@ def make_data_root(root):
                             progress=False)
     for split in ('train', 'val'):
         write_peer_labels(osp.join(root, split))
+    link_head_split(root, 'val', TEST_SPLIT['cpu'], CPU_IMAGES)
     return root
+
+
+def link_head_split(root, split, name, count):
+    """<root>/<name>/: links to the first `count` images of <root>/<split> and their labels."""
+    stems = sorted(osp.splitext(f)[0] for f in os.listdir(osp.join(root, split, 'images')))
+    for folder, ext in (('images', '.png'), ('labelTxt', '.txt'), ('annfiles', '.txt')):
+        os.makedirs(osp.join(root, name, folder))
+        for stem in stems[:count]:
+            os.symlink(osp.join(root, split, folder, stem + ext),
+                       osp.join(root, name, folder, stem + ext))
 
 
 def mmrotate_config(data_root: str, work_dir: str, cpu: bool = False) -> Config:
     """mmrotate's ReDet config on the generated set: its model, optimizer and test settings;
-    a short iteration-based schedule from random weights; 512² resizes."""
+    a short iteration-based schedule from random weights; 512² resizes; with `cpu`, the CPU's
+    test split and RoI layer."""
     cfg = Config.fromfile(MMROTATE_CONFIG)
     cfg.work_dir = work_dir
     cfg.model.backbone.init_cfg = None  # no ImageNet file here
@@ -86,7 +101,8 @@ def mmrotate_config(data_root: str, work_dir: str, cpu: bool = False) -> Config:
         cfg.model.roi_head.bbox_roi_extractor[1].roi_layer = dict(
             type='RedetRiRoIAlignRotated', output_size=7, num_samples=2, num_orientations=8,
             clockwise=True, legacy_orientation=True)
-    for key, split in (('train_dataloader', 'train'), ('test_dataloader', 'val')):
+    for key, split in (('train_dataloader', 'train'),
+                       ('test_dataloader', TEST_SPLIT['cpu' if cpu else 'cuda'])):
         loader = cfg[key]
         loader.num_workers, loader.persistent_workers = 2, False
         loader.dataset.update(data_root=data_root + '/', ann_file=f'{split}/annfiles/',
@@ -149,11 +165,11 @@ def our_test(data_root, checkpoint, device, work_dir):
     """Our tools/test.py with the mmrotate-compatible config, as a user runs it."""
     from tools.test import main
     os.makedirs(work_dir, exist_ok=True)
-    config = osp.join(work_dir, 'ours.py')
+    config, split = osp.join(work_dir, 'ours.py'), TEST_SPLIT[device]
     with open(config, 'w') as f:
         f.write(f"""_base_ = [{OUR_CONFIG!r}]
 test_dataloader = dict(num_workers=2, persistent_workers=False, dataset=dict(
-    data_root={data_root + '/'!r}, ann_file='val/labelTxt/', data_prefix=dict(img_path='val/images/'),
+    data_root={data_root + '/'!r}, ann_file='{split}/labelTxt/', data_prefix=dict(img_path='{split}/images/'),
     pipeline=[dict(type='LoadImageFromFile'), dict(type='Resize', scale=({SIZE}, {SIZE}), keep_ratio=True),
               dict(type='LoadAnnotations', with_bbox=True, box_type='redet_rbox'),
               dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
