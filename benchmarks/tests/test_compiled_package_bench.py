@@ -8,20 +8,25 @@ from benchmarks.deploy import bench_compiled_package
 TINY = 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py'
 
 
-def test_bench_times_the_model_and_the_program_on_the_same_weights(tmp_path):
+def run_bench_on_the_cpu(tmp_path, images, warmup, runs):
+    """The bench's JSON after it ran `runs` with the tiny config on 96² images on the CPU."""
     out = tmp_path / 'compiled_package.json'
     bench_compiled_package.main(['--out', str(out), '--config', TINY, '--data-root',
-                                 str(tmp_path / 'data'), '--image-size', '96', '--images', '2',
-                                 '--warmup', '1', '--device', 'cpu',
-                                 '--runs', 'test_step', 'program'])
-    result = json.loads(out.read_text())
+                                 str(tmp_path / 'data'), '--image-size', '96', '--images',
+                                 str(images), '--warmup', str(warmup), '--device', 'cpu',
+                                 '--runs', *runs])
+    return json.loads(out.read_text())
+
+
+def test_bench_times_the_model_and_the_program_on_the_same_weights(tmp_path):
+    result = run_bench_on_the_cpu(tmp_path, 2, 1, ['test_step', 'program'])
     runs = result['runs']
     assert set(runs) == {'test_step', 'program'}
     assert runs['test_step']['detections'] == runs['program']['detections']  # (same weights)
     assert all(run['ms_per_image'] > 0 for run in runs.values())
     assert result['ratios']['program_speedup_over_test_step'] > 0
     assert result['goals'] == {'compiled_at_least_1_5x_test_step': None}  # (not run)
-    text = '\n'.join(make_performance_doc.compiled_package(str(out), result))
+    text = '\n'.join(make_performance_doc.compiled_package('x.json', result))
     assert 'the exported program' in text and 'not measured' in text
 
 
@@ -65,12 +70,7 @@ def test_mmrotates_test_run_reads_the_timed_images_with_its_initialisation(tmp_p
 
 
 def test_mmrotates_test_run_is_refused_on_the_cpu_and_the_others_still_run(tmp_path):
-    out = tmp_path / 'compiled_package.json'
-    bench_compiled_package.main(['--out', str(out), '--config', TINY, '--data-root',
-                                 str(tmp_path / 'data'), '--image-size', '96', '--images', '1',
-                                 '--warmup', '0', '--device', 'cpu',
-                                 '--runs', 'mmrotate_test', 'test_step'])
-    runs = json.loads(out.read_text())['runs']
+    runs = run_bench_on_the_cpu(tmp_path, 1, 0, ['mmrotate_test', 'test_step'])['runs']
     assert 'no CPU kernel' in runs['mmrotate_test']['error']
     assert runs['test_step']['ms_per_image'] > 0
 
