@@ -55,7 +55,7 @@ fi
 if has 3; then
   start=$(date +%s)
   timeout "$(limit 90 30)" python3 -m benchmarks.detector.bench_data_loading --loader val_dataloader \
-    --data-root "$DATA" --workers 2 8 --out "$OUT/test_data_loading.json" > "$LOGS/data_loading.log" 2>&1
+    --data-root "$DATA" --workers 2 8 14 --out "$OUT/test_data_loading.json" > "$LOGS/data_loading.log" 2>&1
   say "data loading rc=$? $(( $(date +%s) - start )) s"; grep workers "$LOGS/data_loading.log" | tee -a "$OUT/measure_summary.txt"
 fi
 if has 4; then
