@@ -79,7 +79,8 @@ def test_the_page_sets_the_package_against_mmrotates_test(tmp_path):
     result = dict(
         settings=dict(config='c.py', trained_checkpoint=True, mmrotate_trained_checkpoint=True,
                       image_size=1024, images=20, warmup=3, device='cuda'),
-        runs=dict(test_step=dict(ms_per_image=18.0), compiled=dict(ms_per_image=10.0),
+        runs=dict(test_step=dict(ms_per_image=18.0),
+                  compiled=dict(ms_per_image=10.0, detections=[2000, 1999, 2001]),
                   mmrotate_test=dict(ms_per_image=90.0, end_to_end_ms_per_image=150.0)),
         ratios=dict(compiled_speedup_over_test_step=1.8, compiled_speedup_over_mmrotate_test=9.0,
                     test_step_speedup_over_mmrotate_test=5.0))
@@ -88,7 +89,7 @@ def test_the_page_sets_the_package_against_mmrotates_test(tmp_path):
     cells = {line.split(' | ')[0]: line.split(' | ')[1:] for line in text.splitlines()}
     dash = make_performance_doc.DASH
     assert cells['| the AOTInductor package (`tools/export.py --compile`)'] == [
-        '10.0', dash, '1.80×', '9.00× |']
+        '10.0', dash, '1.80×', '9.00×', '2000 |']
     assert cells['| the model as `tools/test.py` and `tools/infer.py` run it (the config\'s '
-                 'defaults)'] == ['18.0', dash, dash, '5.00× |']
+                 'defaults)'] == ['18.0', dash, dash, '5.00×', dash + ' |']
     assert "end to end, its loader's wait included: 150 ms / image" in text
