@@ -6,7 +6,7 @@
 #      each through its own tools/train.py and tools/test.py (bench_detector_vs_mmrotate.py)
 #   2. compiled_package.json: the exported program and AOTInductor package against the model as
 #      tools/test.py runs it, on the checkpoint step 1 trained, and against mmrotate's test.py on
-#      the checkpoint step 1 trained of mmrotate's (bench_compiled_package.py)
+#      mmrotate's checkpoint from step 1 (bench_compiled_package.py)
 #   3. test_data_loading.json: the test-time loader (batch 1, the config's workers) by worker count
 #   4. startup.json: tools/train.py and tools/test.py from their start to their first steps
 #   5. hrsc_vs_mmrotate.json: the HRSC2016 configs of both projects on generated HRSC2016-layout
