@@ -17,7 +17,6 @@ different sums: a few detections move by more than 1e-3 (measured on an H200: 28
 0.9360 both). There the mAPs must agree within 0.002, and no more of our detections may move
 than twice as many as mmrotate's own TF32 run moves from its float32 run, or a tenth of them.
 """
-import glob
 import os
 import os.path as osp
 import pickle
@@ -37,6 +36,9 @@ from mmengine.config import Config  # noqa: E402
 from mmengine.registry import init_default_scope  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
 from mmengine.runner import runner as mmengine_runner  # noqa: E402
+
+# (mmrotate's DOTADataset cannot read the labels' imagesource:/gsd: lines)
+from benchmarks.detector.bench_detector_vs_mmrotate import write_peer_labels  # noqa: E402
 from redet_plugin.datasets import generate_synthetic_dota  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -50,17 +52,6 @@ BOX_RTOL = 1e-3
 MAP_TOL = 0.002
 CPU_IMAGES = 6
 TEST_SPLIT = dict(cuda='val', cpu='val_cpu')  # (val_cpu: the first CPU_IMAGES of val)
-
-
-def write_peer_labels(split_dir: str) -> None:
-    """<split>/annfiles/: the labels without the imagesource:/gsd: lines, which mmrotate's
-    DOTADataset cannot read."""
-    os.makedirs(osp.join(split_dir, 'annfiles'), exist_ok=True)
-    for path in glob.glob(osp.join(split_dir, 'labelTxt', '*.txt')):
-        with open(path) as f:
-            lines = [line for line in f if not line.startswith(('imagesource:', 'gsd:'))]
-        with open(osp.join(split_dir, 'annfiles', osp.basename(path)), 'w') as f:
-            f.writelines(lines)
 
 
 @pytest.fixture(scope='module')
