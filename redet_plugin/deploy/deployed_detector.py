@@ -14,6 +14,7 @@ from torch import Tensor
 import redet_plugin.ops  # noqa: F401  (registers the custom ops the package calls, before loading)
 
 from .compatibility import check_versions, run_device
+from .graphed_forward import GraphedForward
 from .package_format import read_metadata
 from .polygons import rbox_corners
 
@@ -45,7 +46,8 @@ class DeployedDetections:
 
 class DeployedDetector:
     """A loaded package (use `load`). Call it with an (H, W, 3) uint8 BGR image (numpy array, as
-    cv2.imread gives, or tensor) no larger than `input_size`."""
+    cv2.imread gives, or tensor) no larger than `input_size`. On a GPU its forward is one CUDA
+    graph with buffers of its own: one call at a time."""
 
     def __init__(self, forward, meta: dict, device: torch.device, path: str):
         self._forward = forward
@@ -60,6 +62,11 @@ class DeployedDetector:
     def __repr__(self) -> str:
         return (f'DeployedDetector({self.path!r}, kind={self.kind}, device={self.device}, '
                 f'input_size={self.input_size}, classes={len(self.classes)})')
+
+    @property
+    def cuda_graph(self) -> bool:
+        """Whether the forward runs as a captured CUDA graph (known after the first image)."""
+        return isinstance(self._forward, GraphedForward) and self._forward.captured
 
     @torch.inference_mode()
     def __call__(self, image) -> DeployedDetections:
@@ -82,23 +89,32 @@ class DeployedDetector:
         return pixels.contiguous()
 
 
-def load(path: str, device: Optional[str] = None) -> DeployedDetector:
+def load(path: str, device: Optional[str] = None, cuda_graph: bool = True) -> DeployedDetector:
     """The package at `path` (tools/export.py), ready to run on `device` (default: the one it
     was exported for). A file that is no package, or one made by another torch or redet_plugin
-    version or for another kind of device, raises an error of one line naming both."""
+    version or for another kind of device, raises an error of one line naming both.
+
+    cuda_graph: on a GPU, capture the forward on the first image and replay it after (the
+    kernels launched at once instead of one by one from Python or the AOTInductor runtime)."""
+    if not isinstance(cuda_graph, bool):
+        raise TypeError(f'cuda_graph: expected True or False, got {cuda_graph!r}')
     path = str(path)
     meta = read_metadata(path)
     check_versions(meta, path)
     chosen = run_device(meta, device, path)
     if meta['kind'] == 'compiled':
         from torch import _inductor  # (loaded on first use: a program package does not need it)
+        # single-threaded: the runtime's completion event conflicts with a capture (torch's advice)
         forward = _inductor.aoti_load_package(
-            path, device_index=chosen.index if chosen.type == 'cuda' else -1)
+            path, run_single_threaded=cuda_graph and chosen.type == 'cuda',
+            device_index=chosen.index if chosen.type == 'cuda' else -1)
     elif meta['kind'] == 'program':
         forward = torch.export.load(path).module()
     else:
         raise ValueError(f'package {path!r}: unknown kind {meta["kind"]!r} (expected program '
                          f'or compiled)')
+    if cuda_graph and chosen.type == 'cuda':
+        forward = GraphedForward(forward, chosen)
     return DeployedDetector(forward, meta, chosen, path)
 
 

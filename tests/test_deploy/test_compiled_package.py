@@ -33,10 +33,12 @@ def test_cuda_compiled_package_gives_the_models_detections(tiny_checkpoint, imag
     path = export_detector(CONFIG, tiny_checkpoint, str(tmp_path / 'cuda.pt2'),
                            image_size=IMAGE_SIZE, device='cuda', compile=True)
     model = reference_model(CONFIG, tiny_checkpoint)
-    detector = load(path)
-    assert detector.device.type == 'cuda'
-    for image in images:
-        with full_fp32():
-            found = detector(image)
-        assert_same_detections((found.boxes, found.scores, found.labels),
-                               model_detections(model, image))
+    for cuda_graph in (True, False):
+        detector = load(path, cuda_graph=cuda_graph)
+        assert detector.device.type == 'cuda'
+        for image in images:  # one after another: the graph's input is each image's
+            with full_fp32():
+                found = detector(image)
+            assert_same_detections((found.boxes, found.scores, found.labels),
+                                   model_detections(model, image))
+        assert detector.cuda_graph == cuda_graph

@@ -98,3 +98,8 @@ def test_metadata_without_a_key_is_refused(program_package, tmp_path):
     broken = with_metadata(program_package, str(tmp_path / 'broken.pt2'), drop=('classes',))
     with pytest.raises(NotAPackageError, match=r"^'.*broken\.pt2': its ReDet metadata lacks classes$"):
         load(broken)
+
+
+def test_cuda_graph_that_is_no_bool_is_refused(program_package):
+    with pytest.raises(TypeError, match=r"^cuda_graph: expected True or False, got 'yes'$"):
+        load(program_package, cuda_graph='yes')
