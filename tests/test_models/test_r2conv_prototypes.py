@@ -44,3 +44,29 @@ def test_two_convs_of_one_layout_share_no_tensor_and_keep_the_callers_field_type
     b.double()  # (a's basis stays as it was)
     y = b(enn.GeometricTensor(x.tensor.double(), b.in_type)).tensor
     torch.testing.assert_close(a(x).tensor, y.float(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('layout', [('trivial', 3, 'regular', 64, 7), ('regular', 64, 'regular', 64, 3),
+                                    ('regular', 32, 'regular', 128, 1)])
+def test_lazily_named_basis_equals_e2cnns(layout):
+    """The conv's basis counts its elements at construction and names them when asked: the same
+    size, names, element infos and filters as e2cnn's own expansion."""
+    from redet_plugin.models.layers.equivariant import trivial_type
+    from redet_plugin.models.layers.lazy_basis_names import LazyNamesBasisExpansion
+    types = {'trivial': trivial_type, 'regular': regular_type}
+    in_type, out_type = types[layout[0]](layout[1]), types[layout[2]](layout[3])
+    settings = dict(padding=layout[4] // 2, sigma=None, frequencies_cutoff=lambda r: 3 * r,
+                    initialize=False)
+    ours = CachedFilterR2Conv(in_type, out_type, layout[4], **settings)
+    theirs = enn.R2Conv(in_type, out_type, layout[4], **settings)
+    assert isinstance(ours.basisexpansion, LazyNamesBasisExpansion)
+    assert type(theirs.basisexpansion) is not LazyNamesBasisExpansion
+    assert ours.basisexpansion.dimension() == theirs.basisexpansion.dimension() > 0
+    assert ours.basisexpansion.get_basis_names() == theirs.basisexpansion.get_basis_names()
+    last = theirs.basisexpansion.dimension() - 1
+    for name in (0, last, theirs.basisexpansion.get_basis_names()[last // 2]):
+        assert ours.basisexpansion.get_element_info(name) == theirs.basisexpansion.get_element_info(name)
+    with torch.no_grad():
+        theirs.weights.copy_(torch.randn_like(theirs.weights))
+        ours.weights.copy_(theirs.weights)
+    torch.testing.assert_close(ours.eval().filter, theirs.eval().filter, rtol=0, atol=0)

@@ -27,6 +27,8 @@ from e2cnn.nn.modules.r2_conv import SingleBlockBasisExpansion
 
 from redet_plugin.models.utils.device_constants import is_capturing
 
+from .lazy_basis_names import lazily_named_bases
+
 NUM_ORIENTATIONS = 8
 
 
@@ -101,7 +103,8 @@ class CachedFilterR2Conv(enn.R2Conv):
     _CACHE = ("filter", "expanded_bias")
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+        with lazily_named_bases():
+            super().__init__(*args, **kwargs)
         _own_basis(self.basisexpansion, like=self.weights)
         self._drop_cache()
         self._cache_of = None  # the weights' state its eval-mode filter was expanded from
