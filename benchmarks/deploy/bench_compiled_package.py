@@ -8,6 +8,7 @@ to the host, as a user of each gets them), after --warmup unmeasured images:
              time of tools/test.py and tools/infer.py
   program    the exported program (redet_plugin.deploy.load of a `tools/export.py` package)
   compiled   the AOTInductor package (`tools/export.py --compile`); its compile time is recorded
+             (both loaded with load's defaults: on a GPU, replayed as a CUDA graph; recorded)
   mmrotate_test  mmrotate's tools/test.py, as its users run it, with its ReDet DOTA config on the
              same images (its initial weights, or --mmrotate-checkpoint): from its log, one line
              an image, its model's time per image (mmengine's time less data_time: the image
@@ -124,8 +125,8 @@ def package_runner(args, work_dir, compile):
     export_detector(args.config, args.checkpoint, path, image_size=(args.image_size,) * 2,
                     device=args.device, compile=compile)
     made_s = time.perf_counter() - start
-    detector = load(path)
-    return (lambda image: len(detector(image))), made_s
+    detector = load(path)  # (as its users get it: on a GPU, replayed as a CUDA graph)
+    return (lambda image: len(detector(image))), made_s, detector
 
 
 def mmrotate_config_text(data_root, annfiles):
@@ -197,9 +198,11 @@ def timed_run(name, args, paths, images, work_dir):
     if name == 'test_step':
         run_one, extra = test_step_runner(args), {}
     else:
-        run_one, made_s = package_runner(args, work_dir, compile=name == 'compiled')
+        run_one, made_s, detector = package_runner(args, work_dir, compile=name == 'compiled')
         extra = dict(export_s=round(made_s, 1))
     ms, counts = time_per_image(run_one, images, args.warmup)
+    if name != 'test_step':
+        extra['cuda_graph'] = detector.cuda_graph
     return ms, counts, extra
 
 

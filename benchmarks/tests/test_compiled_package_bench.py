@@ -24,6 +24,7 @@ def test_bench_times_the_model_and_the_program_on_the_same_weights(tmp_path):
     assert set(runs) == {'test_step', 'program'}
     assert runs['test_step']['detections'] == runs['program']['detections']  # (same weights)
     assert all(run['ms_per_image'] > 0 for run in runs.values())
+    assert runs['program']['cuda_graph'] is False  # (the CPU)
     assert result['ratios']['program_speedup_over_test_step'] > 0
     assert result['goals'] == {'compiled_at_least_1_5x_test_step': None}  # (not run)
     text = '\n'.join(make_performance_doc.compiled_package('x.json', result))
@@ -80,7 +81,8 @@ def test_the_page_sets_the_package_against_mmrotates_test(tmp_path):
         settings=dict(config='c.py', trained_checkpoint=True, mmrotate_trained_checkpoint=True,
                       image_size=1024, images=20, warmup=3, device='cuda'),
         runs=dict(test_step=dict(ms_per_image=18.0),
-                  compiled=dict(ms_per_image=10.0, detections=[2000, 1999, 2001]),
+                  compiled=dict(ms_per_image=10.0, detections=[2000, 1999, 2001],
+                                cuda_graph=True),
                   mmrotate_test=dict(ms_per_image=90.0, end_to_end_ms_per_image=150.0)),
         ratios=dict(compiled_speedup_over_test_step=1.8, compiled_speedup_over_mmrotate_test=9.0,
                     test_step_speedup_over_mmrotate_test=5.0))
@@ -93,3 +95,5 @@ def test_the_page_sets_the_package_against_mmrotates_test(tmp_path):
     assert cells['| the model as `tools/test.py` and `tools/infer.py` run it (the config\'s '
                  'defaults)'] == ['18.0', dash, dash, '5.00×', dash + ' |']
     assert "end to end, its loader's wait included: 150 ms / image" in text
+    assert ('The AOTInductor package ran as loaded by `redet_plugin.deploy.load`, replayed as one '
+            'CUDA graph') in text
