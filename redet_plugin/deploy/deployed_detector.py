@@ -94,8 +94,10 @@ def load(path: str, device: Optional[str] = None, cuda_graph: bool = True) -> De
     was exported for). A file that is no package, or one made by another torch or redet_plugin
     version or for another kind of device, raises an error of one line naming both.
 
-    cuda_graph: on a GPU, capture the forward on the first image and replay it after (the
-    kernels launched at once instead of one by one from Python or the AOTInductor runtime)."""
+    cuda_graph: a compiled package on a GPU captures its forward on the first image and replays
+    it after (the kernels launched at once instead of one by one by AOTInductor's runtime). The
+    exported program (the package without --compile) runs eagerly: its traced graph copies a
+    constant from the host, which a capture cannot hold."""
     if not isinstance(cuda_graph, bool):
         raise TypeError(f'cuda_graph: expected True or False, got {cuda_graph!r}')
     path = str(path)
@@ -113,7 +115,7 @@ def load(path: str, device: Optional[str] = None, cuda_graph: bool = True) -> De
     else:
         raise ValueError(f'package {path!r}: unknown kind {meta["kind"]!r} (expected program '
                          f'or compiled)')
-    if cuda_graph and chosen.type == 'cuda':
+    if cuda_graph and chosen.type == 'cuda' and meta['kind'] == 'compiled':
         forward = GraphedForward(forward, chosen)
     return DeployedDetector(forward, meta, chosen, path)
 
