@@ -46,8 +46,8 @@ class DeployedDetections:
 
 class DeployedDetector:
     """A loaded package (use `load`). Call it with an (H, W, 3) uint8 BGR image (numpy array, as
-    cv2.imread gives, or tensor) no larger than `input_size`. On a GPU its forward is one CUDA
-    graph with buffers of its own: one call at a time."""
+    cv2.imread gives, or tensor) no larger than `input_size`. A compiled package on a GPU runs
+    as one CUDA graph with buffers of its own: one call at a time."""
 
     def __init__(self, forward, meta: dict, device: torch.device, path: str):
         self._forward = forward
