@@ -13,6 +13,7 @@ DOTA-format set of 1024² images is generated first (not timed). --cpu: the tiny
 96² images, to check the script on a machine without a GPU.
 """
 import argparse
+import importlib.util
 import json
 import os.path as osp
 import subprocess
@@ -42,6 +43,10 @@ def _child(tool: str, marks_file: str, steps: int, launched: float, argv: list) 
 
     import torch
     mark('import torch')
+    if importlib.util.find_spec('transformers') is not None:
+        # mmengine.optim imports it, when installed, to register its optimizers: a phase of its own
+        import transformers.optimization  # noqa: F401
+        mark('import transformers (installed here: mmengine registers its optimizers)')
     import redet_plugin.mm  # noqa: F401
     mark('import redet_plugin.mm (mmengine, mmdet, mmcv, e2cnn)')
     sys.path.insert(0, ROOT)

@@ -2,6 +2,7 @@
 model, the profile runs end to end on the tiny config, and each benchmark run gets its options.
 Their numbers come from a GPU (benchmarks/results); here only that they run."""
 import json
+import os
 import os.path as osp
 
 import numpy as np
@@ -190,9 +191,16 @@ def test_a_run_is_kept_before_each_of_its_tests(monkeypatch, tmp_path):
     assert launched == ['train', 'test', 'test'] and result['test_eager_predict']['mAP50'] == 0.5
 
 
-def test_startup_phases_runs_both_tools_to_their_first_steps(tmp_path):
-    """Each tool in a fresh process, its phases in order, every phase reached."""
+def test_startup_phases_runs_both_tools_to_their_first_steps(tmp_path, monkeypatch):
+    """Each tool in a fresh process, its phases in order, every phase reached; an installed
+    transformers (here a stand-in without optimizers) is imported as a phase of its own."""
     from benchmarks.profiling import startup_phases
+    stand_in = tmp_path / 'site' / 'transformers'
+    stand_in.mkdir(parents=True)
+    (stand_in / '__init__.py').write_text('')
+    (stand_in / 'optimization.py').write_text('')
+    monkeypatch.setenv('PYTHONPATH', os.pathsep.join(
+        [str(tmp_path / 'site'), *filter(None, [os.environ.get('PYTHONPATH')])]))
     out = tmp_path / 'startup.json'
     result = startup_phases.main(['--cpu', '--steps', '2', '--out', str(out)])
     assert json.loads(out.read_text()) == result
@@ -200,6 +208,7 @@ def test_startup_phases_runs_both_tools_to_their_first_steps(tmp_path):
         phases = [row['phase'] for row in run['phases']]
         assert phases[0].startswith('python started') and phases[-1] == f'2 {step}s done'
         assert f'first {step} done (warm-up, captures)' in phases
+        assert phases[2].startswith('import transformers (installed here')
         since_start = [row['since_start'] for row in run['phases']]
         assert since_start == sorted(since_start) and run['total_s'] == since_start[-1]
     assert 'backbone and neck made plain convolutions' in [
