@@ -106,17 +106,18 @@ def load(path: str, device: Optional[str] = None, cuda_graph: bool = True) -> De
     chosen = run_device(meta, device, path)
     if meta['kind'] == 'compiled':
         from torch import _inductor  # (loaded on first use: a program package does not need it)
+        graphed = cuda_graph and chosen.type == 'cuda'
         # single-threaded: the runtime's completion event conflicts with a capture (torch's advice)
         forward = _inductor.aoti_load_package(
-            path, run_single_threaded=cuda_graph and chosen.type == 'cuda',
+            path, run_single_threaded=graphed,
             device_index=chosen.index if chosen.type == 'cuda' else -1)
+        if graphed:
+            forward = GraphedForward(forward, chosen)
     elif meta['kind'] == 'program':
         forward = torch.export.load(path).module()
     else:
         raise ValueError(f'package {path!r}: unknown kind {meta["kind"]!r} (expected program '
                          f'or compiled)')
-    if cuda_graph and chosen.type == 'cuda' and meta['kind'] == 'compiled':
-        forward = GraphedForward(forward, chosen)
     return DeployedDetector(forward, meta, chosen, path)
 
 

@@ -1,9 +1,10 @@
 """A compiled package's forward replayed as one CUDA graph.
 
-AOTInductor's runtime launches its few hundred kernels one at a time from the host, so at 1024² the GPU waits for the launches. The forward has no read-back
-and outputs of fixed size, so it can be captured once and replayed for every image: the image is
-copied into the graph's input and the outputs are the graph's own tensors, rewritten by the next
-call (DeployedDetector copies the valid rows out first).
+AOTInductor's runtime launches its few hundred kernels one at a time from the host, so at 1024²
+the GPU waits for the launches. The forward has no read-back and outputs of fixed size, so it can
+be captured once and replayed for every image: the image is copied into the graph's input and
+the outputs are the graph's own tensors, rewritten by the next call (DeployedDetector copies the
+valid rows out first).
 """
 import warnings
 
