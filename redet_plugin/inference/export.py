@@ -28,7 +28,8 @@ DEVICES = ('cpu', 'cuda')
 
 def export_detector(config, checkpoint: Optional[str], out: str, *,
                     image_size: Sequence[int] = (1024, 1024), device: str = 'cpu',
-                    compile: bool = False, cfg_options: Optional[dict] = None) -> str:
+                    compile: bool = False, cfg_options: Optional[dict] = None,
+                    inductor_configs: Optional[dict] = None) -> str:
     """Export the detector of `config` with `checkpoint` (None: the config's initialisation, for
     tests) to the package `out`; returns its path.
 
@@ -36,6 +37,7 @@ def export_detector(config, checkpoint: Optional[str], out: str, *,
     device: 'cpu' or 'cuda', where the package runs.
     compile: AOTInductor-compile the program (a package of machine code for this device and
         torch version; minutes to make) instead of saving the exported program.
+    inductor_configs: more of inductor's settings for the compile (e.g. {'max_autotune': True}).
     """
     image_size = _checked_image_size(image_size)
     if device not in DEVICES:
@@ -63,7 +65,8 @@ def export_detector(config, checkpoint: Optional[str], out: str, *,
         # its kernels
         return _inductor.aoti_compile_and_package(
             program, package_path=str(out),
-            inductor_configs={'aot_inductor.metadata': {'redet': meta}, 'freezing': True})
+            inductor_configs={'freezing': True, **(inductor_configs or {}),
+                              'aot_inductor.metadata': {'redet': meta}})
     torch.export.save(program, str(out), extra_files={'redet.json': meta})
     return str(out)
 
