@@ -58,6 +58,7 @@ class DeployedDetector:
         self.input_size = (int(meta['input_size'][0]), int(meta['input_size'][1]))
         self.kind = meta['kind']
         self.max_detections = int(meta['max_detections'])
+        self._staging = self._staging_free = None
 
     def __repr__(self) -> str:
         return (f'DeployedDetector({self.path!r}, kind={self.kind}, device={self.device}, '
@@ -70,11 +71,35 @@ class DeployedDetector:
 
     @torch.inference_mode()
     def __call__(self, image) -> DeployedDetections:
-        pixels = self._padded(_as_image_tensor(image)).to(self.device)
-        boxes, scores, labels, count = self._forward(pixels)
+        pixels = self._padded(_as_image_tensor(image))
+        if self.device.type == 'cuda':
+            pixels = self._uploaded(pixels)
+        boxes, scores, labels, count = self._to_host(self._forward(pixels))
         count = int(count)
-        return DeployedDetections(boxes[:count].float().cpu(), scores[:count].float().cpu(),
-                                  labels[:count].long().cpu(), self.classes)
+        return DeployedDetections(boxes[:count].float(), scores[:count].float(),
+                                  labels[:count].long(), self.classes)
+
+    def _uploaded(self, pixels: Tensor) -> Tensor:
+        """pixels on the GPU through a pinned buffer of this detector's (a copy from pageable
+        memory is slower and blocks the host)."""
+        if self._staging is None or self._staging.shape != pixels.shape:
+            self._staging = torch.empty(pixels.shape, dtype=pixels.dtype, pin_memory=True)
+            self._staging_free = torch.cuda.Event()
+        else:  # (an earlier call that raised may have left its upload running)
+            self._staging_free.synchronize()
+        self._staging.copy_(pixels)
+        on_device = self._staging.to(self.device, non_blocking=True)
+        self._staging_free.record(torch.cuda.current_stream(self.device))
+        return on_device
+
+    def _to_host(self, outputs):
+        """The fixed-size outputs on the host, copied together and waited for once (not one
+        read-back a tensor)."""
+        if self.device.type != 'cuda':
+            return outputs
+        on_host = [output.to('cpu', non_blocking=True) for output in outputs]
+        torch.cuda.current_stream(self.device).synchronize()
+        return on_host
 
     def _padded(self, pixels: Tensor) -> Tensor:
         height, width = pixels.shape[:2]
