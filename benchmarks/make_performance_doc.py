@@ -591,6 +591,7 @@ PACKAGE_RUNS = {
     'test_step': "the model as `tools/test.py` and `tools/infer.py` run it (the config's defaults)",
     'program': 'the exported program (`tools/export.py`)',
     'compiled': 'the AOTInductor package (`tools/export.py --compile`)',
+    'compiled_fp16': 'the same with `--dtype float16` (fp16 autocast, as `tools/test.py --amp`)',
     'mmrotate_test': "mmrotate's `tools/test.py` with its ReDet config (its model's time: the "
                      "time per image less its loader's wait)",
 }

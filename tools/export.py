@@ -1,7 +1,7 @@
 """Export a trained ReDet as one file that runs without the training stack (docs/deploy.md).
 
     python tools/export.py CONFIG CHECKPOINT --out model.pt2 [--image-size H W]
-        [--device cpu|cuda] [--compile] [--cfg-options ...]
+        [--device cpu|cuda] [--dtype float32|float16] [--compile] [--cfg-options ...]
 
 The file holds the whole test forward of one H x W image (uint8 BGR pixels in, rotated
 detections out) and runs with torch and redet_plugin.ops only:
@@ -10,7 +10,8 @@ detections out) and runs with torch and redet_plugin.ops only:
     found = load('model.pt2')(cv2.imread('image.png'))
 
 --compile writes an AOTInductor-compiled package (machine code for this device and torch
-version; minutes to make) instead of the exported program.
+version; minutes to make) instead of the exported program. --dtype float16 runs the forward
+under fp16 autocast, as tools/test.py --amp (GPU only).
 """
 import argparse
 import os.path as osp
@@ -30,6 +31,8 @@ def parse_args(argv=None):
     parser.add_argument('--image-size', type=int, nargs=2, default=[1024, 1024], metavar=('H', 'W'),
                         help='size of the images the package takes (smaller ones are padded)')
     parser.add_argument('--device', default='cpu', help='cpu or cuda: where the package runs')
+    parser.add_argument('--dtype', default='float32', choices=('float32', 'float16'),
+                        help='float16: the forward under fp16 autocast (--device cuda only)')
     parser.add_argument('--compile', action='store_true',
                         help='AOTInductor-compile the program (for this device and torch version)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
@@ -47,6 +50,8 @@ def main(argv=None):
         fail(f'--image-size: expected two positive integers H W, got {args.image_size}')
     if args.device not in ('cpu', 'cuda'):
         fail(f"--device: expected cpu or cuda, got {args.device!r}")
+    if args.dtype == 'float16' and args.device != 'cuda':
+        fail('--dtype float16 (fp16 autocast) runs on a GPU only: add --device cuda')
     if not osp.isdir(osp.dirname(osp.abspath(args.out))):
         fail(f'--out: the folder {osp.dirname(osp.abspath(args.out))!r} does not exist')
 
@@ -56,12 +61,12 @@ def main(argv=None):
     try:
         path = export_detector(args.config, args.checkpoint, args.out,
                                image_size=tuple(args.image_size), device=args.device,
-                               compile=args.compile, cfg_options=args.cfg_options)
+                               dtype=args.dtype, compile=args.compile, cfg_options=args.cfg_options)
     except (CheckpointMismatchError, ValueError) as error:
         fail(str(error))
     kind = 'compiled package' if args.compile else 'exported program'
-    print(f'{kind} for {args.image_size[0]}x{args.image_size[1]} images on {args.device} written '
-          f'to {path} ({time.perf_counter() - start:.0f} s)', file=sys.stderr)
+    print(f'{args.dtype} {kind} for {args.image_size[0]}x{args.image_size[1]} images on '
+          f'{args.device} written to {path} ({time.perf_counter() - start:.0f} s)', file=sys.stderr)
     return path
 
 

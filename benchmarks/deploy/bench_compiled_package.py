@@ -9,6 +9,8 @@ to the host, as a user of each gets them), after --warmup unmeasured images:
   program    the exported program (redet_plugin.deploy.load of a `tools/export.py` package)
   compiled   the AOTInductor package (`tools/export.py --compile`); its compile time is recorded
              (both loaded with load's defaults: on a GPU, replayed as a CUDA graph; recorded)
+  compiled_fp16  the same with `--dtype float16` (the forward under fp16 autocast, as
+             `tools/test.py --amp` runs it; GPU only)
   mmrotate_test  mmrotate's tools/test.py, as its users run it, with its ReDet DOTA config on the
              same images (its initial weights, or --mmrotate-checkpoint): from its log, one line
              an image, its model's time per image (mmengine's time less data_time: the image
@@ -20,7 +22,7 @@ beside.
 
     python -m benchmarks.deploy.bench_compiled_package --out compiled_package.json
         [--checkpoint CKPT] [--mmrotate-checkpoint CKPT] [--device cuda]
-        [--runs test_step program compiled mmrotate_test]
+        [--runs test_step program compiled compiled_fp16 mmrotate_test]
 (from the repository root; images: the --data-root's val/images/, generated when missing.)
 Without --checkpoint the config's initialisation is used: an untrained head fills the NMS, so
 times are then an upper bound of a trained model's.
@@ -42,7 +44,9 @@ from benchmarks._initial_checkpoint import save_initial_checkpoint
 from benchmarks._timing import write_json
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-RUNS = ('test_step', 'program', 'compiled', 'mmrotate_test')
+RUNS = ('test_step', 'program', 'compiled', 'compiled_fp16', 'mmrotate_test')
+PACKAGES = {'program': dict(compile=False), 'compiled': dict(compile=True),  # export's arguments
+            'compiled_fp16': dict(compile=True, dtype='float16')}
 GOAL_COMPILED_OVER_TEST_STEP = 1.5
 MMROTATE_CONFIG = 'mmrotate::redet/redet-le90_re50_refpn_1x_dota.py'
 
@@ -117,13 +121,13 @@ def test_step_runner(args):
     return lambda image: len(detector.predict_patches([image])[0].scores)
 
 
-def package_runner(args, work_dir, compile):
+def package_runner(args, work_dir, name):
     from redet_plugin.deploy import load
     from redet_plugin.inference.export import export_detector
-    path = osp.join(work_dir, 'compiled.pt2' if compile else 'program.pt2')
+    path = osp.join(work_dir, f'{name}.pt2')
     start = time.perf_counter()
     export_detector(args.config, args.checkpoint, path, image_size=(args.image_size,) * 2,
-                    device=args.device, compile=compile)
+                    device=args.device, **PACKAGES[name])
     made_s = time.perf_counter() - start
     detector = load(path)  # (as its users get it: on a GPU, replayed as a CUDA graph)
     return (lambda image: len(detector(image))), made_s, detector
@@ -198,7 +202,7 @@ def timed_run(name, args, paths, images, work_dir):
     if name == 'test_step':
         run_one, extra = test_step_runner(args), {}
     else:
-        run_one, made_s, detector = package_runner(args, work_dir, compile=name == 'compiled')
+        run_one, made_s, detector = package_runner(args, work_dir, name)
         extra = dict(export_s=round(made_s, 1))
     ms, counts = time_per_image(run_one, images, args.warmup)
     if name != 'test_step':
@@ -241,7 +245,8 @@ def results_of(args, runs, trained, argv):
     the goal."""
     ratios = {}
     for base, faster in (('test_step', 'program'), ('test_step', 'compiled'),
-                         ('mmrotate_test', 'test_step'), ('mmrotate_test', 'compiled')):
+                         ('test_step', 'compiled_fp16'), ('mmrotate_test', 'test_step'),
+                         ('mmrotate_test', 'compiled'), ('mmrotate_test', 'compiled_fp16')):
         if 'ms_per_image' in runs.get(base, {}) and 'ms_per_image' in runs.get(faster, {}):
             ratios[f'{faster}_speedup_over_{base}'] = round(
                 runs[base]['ms_per_image'] / runs[faster]['ms_per_image'], 3)

@@ -1,5 +1,5 @@
 """Where a compiled package's time per image goes (tools/export.py --compile, run by
-redet_plugin.deploy.load as users get it), for inductor setting variants of the compile.
+redet_plugin.deploy.load as users get it), for variants of the export (inductor settings, dtype).
 
 For each variant the package is compiled, loaded, and timed per image (medians after warm-up):
   call_ms     DeployedDetector(image) end to end (upload, forward, detections read back)
@@ -9,7 +9,7 @@ and its longest kernels per forward (torch.profiler; with the CUDA graph, the re
 with the device's idle time between them.
 
     python -m benchmarks.profiling.profile_compiled_package --out profile_package.json
-        [--variants default max_autotune] [--checkpoint CKPT]
+        [--variants default float16 max_autotune] [--checkpoint CKPT]
 (from the repository root; the images are those of benchmarks/deploy/bench_compiled_package.py.)
 """
 import argparse
@@ -27,10 +27,11 @@ from benchmarks.deploy.bench_compiled_package import load_images, timed_paths
 from benchmarks.profiling.profile_detector import top_kernels
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-VARIANTS = {
+VARIANTS = {  # export_detector's arguments
     'default': {},
-    'max_autotune': {'max_autotune': True},
-    'coordinate_descent': {'coordinate_descent_tuning': True},
+    'max_autotune': dict(inductor_configs={'max_autotune': True}),
+    'coordinate_descent': dict(inductor_configs={'coordinate_descent_tuning': True}),
+    'float16': dict(dtype='float16'),
 }
 
 
@@ -44,7 +45,7 @@ def parse_args(argv=None):
     p.add_argument('--image-size', type=int, default=1024)
     p.add_argument('--images', type=int, default=20)
     p.add_argument('--warmup', type=int, default=3)
-    p.add_argument('--variants', nargs='+', default=['default', 'max_autotune'],
+    p.add_argument('--variants', nargs='+', default=['default', 'float16', 'max_autotune'],
                    choices=sorted(VARIANTS))
     p.add_argument('--work-dir', help='where the packages are written (default: a temporary one)')
     args = p.parse_args(argv)
@@ -70,7 +71,7 @@ def profile_variant(args, name, images, work_dir):
     path = osp.join(work_dir, f'{name}.pt2')
     start = time.perf_counter()
     export_detector(args.config, args.checkpoint, path, image_size=(args.image_size,) * 2,
-                    device='cuda', compile=True, inductor_configs=VARIANTS[name])
+                    device='cuda', compile=True, **VARIANTS[name])
     compile_s = time.perf_counter() - start
     detector = load(path)
     for image in images[:args.warmup]:

@@ -58,11 +58,12 @@ class DeployedDetector:
         self.input_size = (int(meta['input_size'][0]), int(meta['input_size'][1]))
         self.kind = meta['kind']
         self.max_detections = int(meta['max_detections'])
+        self.dtype = meta['dtype']  # what the forward computes in ('float16': fp16 autocast)
         self._staging = self._staging_free = None
 
     def __repr__(self) -> str:
         return (f'DeployedDetector({self.path!r}, kind={self.kind}, device={self.device}, '
-                f'input_size={self.input_size}, classes={len(self.classes)})')
+                f'dtype={self.dtype}, input_size={self.input_size}, classes={len(self.classes)})')
 
     @property
     def cuda_graph(self) -> bool:

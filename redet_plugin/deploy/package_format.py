@@ -18,7 +18,7 @@ EXTRA_FILE = 'redet.json'
 METADATA_KEY = 'redet'
 KINDS = ('program', 'compiled')
 KEYS = ('format', 'kind', 'classes', 'input_size', 'mean', 'std', 'bgr_to_rgb', 'torch',
-        'plugin', 'device', 'max_detections')
+        'plugin', 'device', 'dtype', 'max_detections')
 
 
 class NotAPackageError(ValueError):

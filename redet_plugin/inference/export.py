@@ -24,17 +24,20 @@ from .plain_model import make_plain
 from .single_image_forward import SingleImageForward
 
 DEVICES = ('cpu', 'cuda')
+DTYPES = ('float32', 'float16')
 
 
 def export_detector(config, checkpoint: Optional[str], out: str, *,
                     image_size: Sequence[int] = (1024, 1024), device: str = 'cpu',
-                    compile: bool = False, cfg_options: Optional[dict] = None,
+                    dtype: str = 'float32', compile: bool = False, cfg_options: Optional[dict] = None,
                     inductor_configs: Optional[dict] = None) -> str:
     """Export the detector of `config` with `checkpoint` (None: the config's initialisation, for
     tests) to the package `out`; returns its path.
 
     image_size: (H, W) of the images the package takes (smaller ones are padded when run).
     device: 'cpu' or 'cuda', where the package runs.
+    dtype: 'float32', or 'float16': the forward under fp16 autocast, as `tools/test.py --amp`
+        runs it (CUDA only); the outputs are float32 either way.
     compile: AOTInductor-compile the program (a package of machine code for this device and
         torch version; minutes to make) instead of saving the exported program.
     inductor_configs: more of inductor's settings for the compile (e.g. {'max_autotune': True}).
@@ -44,6 +47,11 @@ def export_detector(config, checkpoint: Optional[str], out: str, *,
         raise ValueError(f'device: expected one of {DEVICES}, got {device!r}')
     if device == 'cuda' and not torch.cuda.is_available():
         raise ValueError("device: 'cuda' asked for, but torch sees no CUDA device")
+    if dtype not in DTYPES:
+        raise ValueError(f'dtype: expected one of {DTYPES}, got {dtype!r}')
+    if dtype == 'float16' and device != 'cuda':
+        raise ValueError("dtype: 'float16' (fp16 autocast) runs on a GPU only: export it with "
+                         "device='cuda' (--device cuda)")
     if not isinstance(out, (str, os.PathLike)) or not str(out):
         raise ValueError(f'out: expected a file path, got {out!r}')
     folder = osp.dirname(osp.abspath(out))
@@ -51,13 +59,13 @@ def export_detector(config, checkpoint: Optional[str], out: str, *,
         raise ValueError(f'out: the folder {folder!r} does not exist')
 
     model, classes, _ = _build_model(config, checkpoint, torch.device(device), cfg_options)
-    forward = single_image_forward(model, image_size)
+    forward = single_image_forward(model, image_size, half=dtype == 'float16')
     program = export_program(forward, device)
     meta = metadata_json(
         kind='compiled' if compile else 'program', classes=list(classes),
         input_size=list(image_size), mean=forward.mean.flatten().tolist(),
         std=forward.std.flatten().tolist(), bgr_to_rgb=forward.bgr_to_rgb,
-        torch=torch.__version__, plugin=redet_plugin.__version__, device=device,
+        torch=torch.__version__, plugin=redet_plugin.__version__, device=device, dtype=dtype,
         max_detections=max_detections(program))
     if compile:
         # inductor's freezing makes the weights constants of the compiled code, so it can fold
@@ -71,12 +79,14 @@ def export_detector(config, checkpoint: Optional[str], out: str, *,
     return str(out)
 
 
-def single_image_forward(model: torch.nn.Module, image_size) -> SingleImageForward:
+def single_image_forward(model: torch.nn.Module, image_size,
+                         half: bool = False) -> SingleImageForward:
     """The eval-mode detector, its equivariant networks converted to plain PyTorch and their
     batch norms folded into the convolutions (make_plain: in the module, so the saved program
-    and the compiled package run the same folded graph), as one image's test forward."""
+    and the compiled package run the same folded graph), as one image's test forward (under
+    fp16 autocast when `half`)."""
     make_plain(model)
-    return SingleImageForward(model.eval(), image_size).eval()
+    return SingleImageForward(model.eval(), image_size, half=half).eval()
 
 
 def export_program(forward: SingleImageForward, device: str) -> torch.export.ExportedProgram:

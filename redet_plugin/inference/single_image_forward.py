@@ -20,12 +20,14 @@ class SingleImageForward(nn.Module):
     """Args:
         model: a two-stage detector in eval mode (ReDet), with its data_preprocessor.
         image_size: (H, W) of the images it takes.
+        half: the model under fp16 autocast (the normalisation and the outputs stay float32).
     """
 
-    def __init__(self, model: nn.Module, image_size: Tuple[int, int]):
+    def __init__(self, model: nn.Module, image_size: Tuple[int, int], half: bool = False):
         super().__init__()
         self.model = model
         self.image_size = (int(image_size[0]), int(image_size[1]))
+        self.half = bool(half)
         preprocessor = model.data_preprocessor
         self.bgr_to_rgb = bool(getattr(preprocessor, '_swap_channels',
                                        getattr(preprocessor, '_channel_conversion', False)))
@@ -59,7 +61,7 @@ class SingleImageForward(nn.Module):
         from mmdet.structures.bbox import get_box_tensor
         samples = [DetDataSample(metainfo=dict(self.metainfo))]
         inputs = self.normalized(image)
-        with keep_padding():
+        with keep_padding(), torch.autocast(image.device.type, torch.float16, enabled=self.half):
             feats = self.model.extract_feat(inputs)
             proposals = self.model.rpn_head.predict(feats, samples, rescale=False)
             result = self.model.roi_head.predict(feats, proposals, samples, rescale=True)[0]

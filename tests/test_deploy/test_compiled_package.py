@@ -42,3 +42,24 @@ def test_cuda_compiled_package_gives_the_models_detections(tiny_checkpoint, imag
             assert_same_detections((found.boxes, found.scores, found.labels),
                                    model_detections(model, image))
         assert detector.cuda_graph == cuda_graph
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('compile', [False, True])
+def test_cuda_float16_package_gives_the_models_amp_detections(tiny_checkpoint, images, tmp_path,
+                                                               compile):
+    """--dtype float16 is the model under fp16 autocast (tools/test.py --amp); fp16 rounding in
+    fused kernels moves the results by more than fp32's tolerance."""
+    import torch
+    from redet_plugin.inference.export import export_detector
+    path = export_detector(CONFIG, tiny_checkpoint, str(tmp_path / 'half.pt2'),
+                           image_size=IMAGE_SIZE, device='cuda', dtype='float16', compile=compile)
+    model = reference_model(CONFIG, tiny_checkpoint).cuda()
+    detector = load(path)
+    assert detector.dtype == 'float16' and detector.meta['dtype'] == 'float16'
+    for image in images:
+        found = detector(image)
+        assert found.boxes.dtype == found.scores.dtype == torch.float32
+        with torch.autocast('cuda', torch.float16):
+            ref = [t.cpu() for t in model_detections(model, image)]
+        assert_same_detections((found.boxes, found.scores, found.labels), ref, tolerance=1e-2)

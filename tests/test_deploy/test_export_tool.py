@@ -14,7 +14,7 @@ def test_export_tool_writes_a_package_of_the_asked_size(tiny_checkpoint, tmp_pat
     detector = load(out)
     assert detector.input_size == (64, 96) and detector.classes == CLASSES
     assert detector.max_detections == 20 and detector.kind == 'program'
-    assert f'exported program for 64x96 images on cpu written to {out}' in capsys.readouterr().err
+    assert f'float32 exported program for 64x96 images on cpu written to {out}' in capsys.readouterr().err
 
 
 @pytest.mark.parametrize('args, message', [
@@ -23,6 +23,8 @@ def test_export_tool_writes_a_package_of_the_asked_size(tiny_checkpoint, tmp_pat
     ([CONFIG, '{ckpt}', '--image-size', '0', '64'],
      r'^error: --image-size: expected two positive integers H W, got \[0, 64\]$'),
     ([CONFIG, '{ckpt}', '--device', 'tpu'], "^error: --device: expected cpu or cuda, got 'tpu'$"),
+    ([CONFIG, '{ckpt}', '--dtype', 'float16'],
+     r'^error: --dtype float16 \(fp16 autocast\) runs on a GPU only: add --device cuda$'),
 ])
 def test_bad_arguments_fail_in_one_line(tiny_checkpoint, tmp_path, args, message):
     from tools.export import main
@@ -42,3 +44,13 @@ def test_missing_out_folder_and_other_classes_fail_in_one_line(tiny_checkpoint, 
     torch.save(saved, other)
     with pytest.raises(SystemExit, match=r"^error: checkpoint '.*other\.pth' was trained on"):
         main([CONFIG, other, '--out', str(tmp_path / 'x.pt2')])
+
+
+@pytest.mark.parametrize('dtype, message', [
+    ('bfloat16', r"^dtype: expected one of \('float32', 'float16'\), got 'bfloat16'$"),
+    ('float16', r"^dtype: 'float16' \(fp16 autocast\) runs on a GPU only: export it with "),
+])
+def test_export_detector_refuses_a_bad_dtype(tiny_checkpoint, tmp_path, dtype, message):
+    from redet_plugin.inference.export import export_detector
+    with pytest.raises(ValueError, match=message):
+        export_detector(CONFIG, tiny_checkpoint, str(tmp_path / 'x.pt2'), dtype=dtype)

@@ -27,6 +27,7 @@ def test_detections_carry_names_polygons_and_metadata(program_package, images):
     detector = load(program_package)
     assert detector.input_size == IMAGE_SIZE and detector.classes == CLASSES
     assert detector.kind == 'program' and detector.device == torch.device('cpu')
+    assert detector.dtype == 'float32'
     found = detector(torch.from_numpy(images[0]))  # a tensor as well as an array
     assert found.class_names == [CLASSES[int(i)] for i in found.labels]
     assert found.polygons.shape == (len(found), 8)
