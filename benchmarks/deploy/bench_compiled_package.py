@@ -51,19 +51,25 @@ GOAL_COMPILED_OVER_TEST_STEP = 1.5
 MMROTATE_CONFIG = 'mmrotate::redet/redet-le90_re50_refpn_1x_dota.py'
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--out', required=True, help='JSON file for the results')
+def add_model_and_image_arguments(p):
+    """--config, --checkpoint, --data-root, --image-size, --images and --warmup (shared with
+    benchmarks/profiling/profile_compiled_package.py)."""
     p.add_argument('--config', default=osp.join(
         REPO, 'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py'))
     p.add_argument('--checkpoint', help="trained weights (default: the config's initialisation)")
-    p.add_argument('--mmrotate-checkpoint',
-                   help="mmrotate_test's weights (default: its config's initialisation)")
     p.add_argument('--data-root', default=osp.join(REPO, 'data', 'synthetic_dota_1024'),
                    help='DOTA-format folder whose val/images/ are timed (generated when missing)')
     p.add_argument('--image-size', type=int, default=1024)
     p.add_argument('--images', type=int, default=20, help='timed images per run')
     p.add_argument('--warmup', type=int, default=3, help='unmeasured images before each run')
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument('--out', required=True, help='JSON file for the results')
+    add_model_and_image_arguments(p)
+    p.add_argument('--mmrotate-checkpoint',
+                   help="mmrotate_test's weights (default: its config's initialisation)")
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu',
                    choices=('cuda', 'cpu'))
     p.add_argument('--runs', nargs='+', default=list(RUNS), choices=RUNS)

@@ -23,7 +23,8 @@ import torch
 
 from benchmarks._initial_checkpoint import save_initial_checkpoint
 from benchmarks._timing import write_json
-from benchmarks.deploy.bench_compiled_package import load_images, timed_paths
+from benchmarks.deploy.bench_compiled_package import (
+    add_model_and_image_arguments, load_images, timed_paths)
 from benchmarks.profiling.profile_detector import top_kernels
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -38,13 +39,7 @@ VARIANTS = {  # export_detector's arguments
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--out', required=True, help='JSON file for the results')
-    p.add_argument('--config', default=osp.join(
-        REPO, 'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py'))
-    p.add_argument('--checkpoint', help="trained weights (default: the config's initialisation)")
-    p.add_argument('--data-root', default=osp.join(REPO, 'data', 'synthetic_dota_1024'))
-    p.add_argument('--image-size', type=int, default=1024)
-    p.add_argument('--images', type=int, default=20)
-    p.add_argument('--warmup', type=int, default=3)
+    add_model_and_image_arguments(p)
     p.add_argument('--variants', nargs='+', default=['default', 'float16', 'max_autotune'],
                    choices=sorted(VARIANTS))
     p.add_argument('--work-dir', help='where the packages are written (default: a temporary one)')
