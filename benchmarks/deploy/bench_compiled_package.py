@@ -8,7 +8,8 @@ to the host, as a user of each gets them), after --warmup unmeasured images:
              time of tools/test.py and tools/infer.py
   program    the exported program (redet_plugin.deploy.load of a `tools/export.py` package)
   compiled   the AOTInductor package (`tools/export.py --compile`); its compile time is recorded
-             (both loaded with load's defaults: on a GPU, replayed as a CUDA graph; recorded)
+             (both loaded with load's defaults: on a GPU, replayed as a CUDA graph, matrix
+             products in TF32; recorded)
   compiled_fp16  the same with `--dtype float16` (the forward under fp16 autocast, as
              `tools/test.py --amp` runs it; GPU only)
   mmrotate_test  mmrotate's tools/test.py, as its users run it, with its ReDet DOTA config on the
@@ -212,7 +213,7 @@ def timed_run(name, args, paths, images, work_dir):
         extra = dict(export_s=round(made_s, 1))
     ms, counts = time_per_image(run_one, images, args.warmup)
     if name != 'test_step':
-        extra['cuda_graph'] = detector.cuda_graph
+        extra.update(cuda_graph=detector.cuda_graph, tf32=detector.tf32)
     return ms, counts, extra
 
 

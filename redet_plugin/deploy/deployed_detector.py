@@ -4,6 +4,7 @@ The package's forward takes one (H, W, 3) uint8 BGR image of its input size and 
 max_detections fixed-size rows (valid ones first) and their count; this class pads smaller
 images, refuses larger ones, and cuts the rows to the count.
 """
+import contextlib
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
@@ -49,8 +50,9 @@ class DeployedDetector:
     cv2.imread gives, or tensor) no larger than `input_size`. A compiled package on a GPU runs
     as one CUDA graph with buffers of its own: one call at a time."""
 
-    def __init__(self, forward, meta: dict, device: torch.device, path: str):
+    def __init__(self, forward, meta: dict, device: torch.device, path: str, tf32: bool = False):
         self._forward = forward
+        self.tf32 = tf32  # the forward's matrix products in TF32 (see load)
         self.meta = meta
         self.device = device
         self.path = path
@@ -75,7 +77,9 @@ class DeployedDetector:
         pixels = self._padded(_as_image_tensor(image))
         if self.device.type == 'cuda':
             pixels = self._uploaded(pixels)
-        boxes, scores, labels, count = self._to_host(self._forward(pixels))
+        with _tf32_matmuls(self.tf32):
+            outputs = self._forward(pixels)
+        boxes, scores, labels, count = self._to_host(outputs)
         count = int(count)
         return DeployedDetections(boxes[:count].float(), scores[:count].float(),
                                   labels[:count].long(), self.classes)
@@ -115,7 +119,8 @@ class DeployedDetector:
         return pixels.contiguous()
 
 
-def load(path: str, device: Optional[str] = None, cuda_graph: bool = True) -> DeployedDetector:
+def load(path: str, device: Optional[str] = None, cuda_graph: bool = True,
+         tf32: bool = True) -> DeployedDetector:
     """The package at `path` (tools/export.py), ready to run on `device` (default: the one it
     was exported for). A file that is no package, or one made by another torch or redet_plugin
     version or for another kind of device, raises an error of one line naming both.
@@ -123,9 +128,14 @@ def load(path: str, device: Optional[str] = None, cuda_graph: bool = True) -> De
     cuda_graph: a compiled package on a GPU captures its forward on the first image and replays
     it after (the kernels launched at once instead of one by one by AOTInductor's runtime). The
     exported program (the package without --compile) runs eagerly: its traced graph copies a
-    constant from the host, which a capture cannot hold."""
-    if not isinstance(cuda_graph, bool):
-        raise TypeError(f'cuda_graph: expected True or False, got {cuda_graph!r}')
+    constant from the host, which a capture cannot hold.
+    tf32: on a GPU, the forward's float32 matrix products (the R-CNN heads' linear layers) run
+    in TF32, as cuDNN runs float32 convolutions by default, whatever torch's matmul setting
+    (which is left as it was). False: torch's settings decide (full float32 by default).
+    """
+    for name, value in (('cuda_graph', cuda_graph), ('tf32', tf32)):
+        if not isinstance(value, bool):
+            raise TypeError(f'{name}: expected True or False, got {value!r}')
     path = str(path)
     meta = read_metadata(path)
     check_versions(meta, path)
@@ -144,7 +154,22 @@ def load(path: str, device: Optional[str] = None, cuda_graph: bool = True) -> De
     else:
         raise ValueError(f'package {path!r}: unknown kind {meta["kind"]!r} (expected program '
                          f'or compiled)')
-    return DeployedDetector(forward, meta, chosen, path)
+    return DeployedDetector(forward, meta, chosen, path, tf32=tf32 and chosen.type == 'cuda')
+
+
+@contextlib.contextmanager
+def _tf32_matmuls(enabled: bool):
+    """TF32 in CUDA matrix products for the block when `enabled` (a captured graph keeps the
+    kernels chosen while it was captured), torch's setting as it was after it."""
+    if not enabled:
+        yield
+        return
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
 
 
 def _as_image_tensor(image) -> Tensor:

@@ -35,3 +35,25 @@ def assert_same_detections(ours, ref, tolerance=1e-3):
     assert torch.equal(labels, ref_labels)
     torch.testing.assert_close(scores, ref_scores, rtol=0, atol=tolerance)
     torch.testing.assert_close(boxes, ref_boxes, rtol=tolerance, atol=tolerance)
+
+
+def assert_matching_detections(ours, ref, tolerance, min_share=1.0):
+    """Same count (> 0); at least `min_share` of the reference detections each have their own
+    of ours with the same label, the score within `tolerance` and the box within it relative, in
+    any order (half precision reorders near-equal scores)."""
+    boxes, scores, labels = ours
+    ref_boxes, ref_scores, ref_labels = ref
+    assert len(ref_scores) > 0, 'the reference has no detections: the comparison would be empty'
+    assert len(scores) == len(ref_scores), (len(scores), len(ref_scores))
+    free = torch.ones(len(scores), dtype=torch.bool)
+    unmatched = []
+    for box, score, label in zip(ref_boxes, ref_scores, ref_labels):
+        box_error = ((boxes - box).abs() / (box.abs() + 1)).amax(dim=1)
+        fits = free & (labels == label) & (box_error <= tolerance) & \
+            ((scores - score).abs() <= tolerance)
+        if fits.any():
+            free[torch.nonzero(fits)[0, 0]] = False
+        else:
+            unmatched.append(f'{label.item()} {score.item():.4f} {box.tolist()}')
+    assert len(unmatched) <= (1 - min_share) * len(ref_scores), \
+        f'{len(unmatched)} of {len(ref_scores)} unmatched, e.g. {unmatched[:3]}'

@@ -27,7 +27,7 @@ def test_detections_carry_names_polygons_and_metadata(program_package, images):
     detector = load(program_package)
     assert detector.input_size == IMAGE_SIZE and detector.classes == CLASSES
     assert detector.kind == 'program' and detector.device == torch.device('cpu')
-    assert detector.dtype == 'float32'
+    assert detector.dtype == 'float32' and not detector.tf32  # (TF32: on a GPU only)
     found = detector(torch.from_numpy(images[0]))  # a tensor as well as an array
     assert found.class_names == [CLASSES[int(i)] for i in found.labels]
     assert found.polygons.shape == (len(found), 8)
@@ -58,13 +58,30 @@ def test_cuda_program_gives_the_models_detections(tiny_checkpoint, images, tmp_p
     path = export_detector(CONFIG, tiny_checkpoint, str(tmp_path / 'cuda.pt2'),
                            image_size=IMAGE_SIZE, device='cuda')
     model = reference_model(CONFIG, tiny_checkpoint)
-    detector = load(path)
+    detector = load(path, tf32=False)
     assert detector.device.type == 'cuda' and detector.meta['device'] == 'cuda'
     for image in images:
         with full_fp32():
             found = detector(image)
         assert_same_detections(deployed(found), model_detections(model, image))
     assert not detector.cuda_graph  # (a program runs eagerly: see load)
+
+
+@pytest.mark.cuda
+def test_cuda_package_runs_its_matmuls_in_tf32_and_leaves_torchs_setting(tiny_checkpoint, images,
+                                                                         tmp_path):
+    from redet_plugin.inference.export import export_detector
+    path = export_detector(CONFIG, tiny_checkpoint, str(tmp_path / 'cuda.pt2'),
+                           image_size=IMAGE_SIZE, device='cuda')
+    for tf32, during in ((True, [True]), (False, [False])):
+        detector = load(path, tf32=tf32)
+        assert detector.tf32 == tf32
+        seen, forward = [], detector._forward
+        detector._forward = lambda pixels: (
+            seen.append(torch.backends.cuda.matmul.allow_tf32), forward(pixels))[1]
+        with full_fp32():
+            assert len(detector(images[0])) > 0
+            assert seen == during and not torch.backends.cuda.matmul.allow_tf32
 
 
 def test_per_level_rotated_pooling_exports_too(tiny_checkpoint, images):

@@ -100,6 +100,7 @@ def test_metadata_without_a_key_is_refused(program_package, tmp_path):
         load(broken)
 
 
-def test_cuda_graph_that_is_no_bool_is_refused(program_package):
-    with pytest.raises(TypeError, match=r"^cuda_graph: expected True or False, got 'yes'$"):
-        load(program_package, cuda_graph='yes')
+@pytest.mark.parametrize('name', ['cuda_graph', 'tf32'])
+def test_switch_that_is_no_bool_is_refused(program_package, name):
+    with pytest.raises(TypeError, match=rf"^{name}: expected True or False, got 'yes'$"):
+        load(program_package, **{name: 'yes'})
