@@ -50,8 +50,6 @@ def main(argv=None):
         fail(f'--image-size: expected two positive integers H W, got {args.image_size}')
     if args.device not in ('cpu', 'cuda'):
         fail(f"--device: expected cpu or cuda, got {args.device!r}")
-    if args.dtype == 'float16' and args.device != 'cuda':
-        fail('--dtype float16 (fp16 autocast) runs on a GPU only: add --device cuda')
     if not osp.isdir(osp.dirname(osp.abspath(args.out))):
         fail(f'--out: the folder {osp.dirname(osp.abspath(args.out))!r} does not exist')
 

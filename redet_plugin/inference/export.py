@@ -29,7 +29,8 @@ DTYPES = ('float32', 'float16')
 
 def export_detector(config, checkpoint: Optional[str], out: str, *,
                     image_size: Sequence[int] = (1024, 1024), device: str = 'cpu',
-                    dtype: str = 'float32', compile: bool = False, cfg_options: Optional[dict] = None,
+                    dtype: str = 'float32', compile: bool = False,
+                    cfg_options: Optional[dict] = None,
                     inductor_configs: Optional[dict] = None) -> str:
     """Export the detector of `config` with `checkpoint` (None: the config's initialisation, for
     tests) to the package `out`; returns its path.
