@@ -201,7 +201,11 @@ int run(const Options& options) {
   const RgbImage image = redet_example::read_ppm(options.image_path);
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader = load_package(options.model_path);
   const PackageInfo info = read_package_info(*loader, options.model_path);
-  const at::Tensor input = image_to_input(image, info, options.image_path).to(package_device(*loader));
+  const at::Device device = package_device(*loader);
+  // As redet_plugin.deploy.load: on a GPU, float32 matrix products in TF32, as cuDNN runs
+  // float32 convolutions by default.
+  if (device.is_cuda()) at::globalContext().setAllowTF32CuBLAS(true);
+  const at::Tensor input = image_to_input(image, info, options.image_path).to(device);
   print_detections(loader->run({input}), info, options.score_thr);
   return 0;
 }
