@@ -128,13 +128,15 @@ def test_step_runner(args):
     return lambda image: len(detector.predict_patches([image])[0].scores)
 
 
-def package_runner(args, work_dir, name):
+def package_runner(args, work_dir, name, export_arguments=None):
+    """(run_one, seconds to make the package, the loaded detector) of the package `name`, made
+    by export_detector with export_arguments (default: PACKAGES[name])."""
     from redet_plugin.deploy import load
     from redet_plugin.inference.export import export_detector
     path = osp.join(work_dir, f'{name}.pt2')
     start = time.perf_counter()
     export_detector(args.config, args.checkpoint, path, image_size=(args.image_size,) * 2,
-                    device=args.device, **PACKAGES[name])
+                    device=args.device, **(export_arguments or PACKAGES[name]))
     made_s = time.perf_counter() - start
     detector = load(path)  # (as its users get it: on a GPU, replayed as a CUDA graph)
     return (lambda image: len(detector(image))), made_s, detector

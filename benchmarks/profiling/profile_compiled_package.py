@@ -24,10 +24,9 @@ import torch
 from benchmarks._initial_checkpoint import save_initial_checkpoint
 from benchmarks._timing import write_json
 from benchmarks.deploy.bench_compiled_package import (
-    add_model_and_image_arguments, load_images, timed_paths)
+    add_model_and_image_arguments, load_images, package_runner, timed_paths)
 from benchmarks.profiling.profile_detector import top_kernels
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 VARIANTS = {  # export_detector's arguments
     'default': {},
     'max_autotune': dict(inductor_configs={'max_autotune': True}),
@@ -46,6 +45,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error('needs a CUDA device (torch sees none here)')
+    args.device = 'cuda'
     return args
 
 
@@ -60,15 +60,9 @@ def median_ms(fn, count):
 
 
 def profile_variant(args, name, images, work_dir):
-    from redet_plugin.deploy import load
     from redet_plugin.deploy.deployed_detector import _as_image_tensor
-    from redet_plugin.inference.export import export_detector
-    path = osp.join(work_dir, f'{name}.pt2')
-    start = time.perf_counter()
-    export_detector(args.config, args.checkpoint, path, image_size=(args.image_size,) * 2,
-                    device='cuda', compile=True, **VARIANTS[name])
-    compile_s = time.perf_counter() - start
-    detector = load(path)
+    _, compile_s, detector = package_runner(args, work_dir, name,
+                                            dict(compile=True, **VARIANTS[name]))
     for image in images[:args.warmup]:
         detector(image)
     timed = images[args.warmup:]
