@@ -26,15 +26,19 @@ def model_detections(model, image: np.ndarray):
     return get_box_tensor(pred.bboxes).float(), pred.scores.float(), pred.labels.long()
 
 
-def assert_same_detections(ours, ref, tolerance=1e-3):
-    """Same count (> 0) and labels, scores within `tolerance`, boxes within it relative."""
-    boxes, scores, labels = ours
-    ref_boxes, ref_scores, ref_labels = ref
+def _assert_same_count(scores, ref_scores):
     assert len(ref_scores) > 0, 'the reference has no detections: the comparison would be empty'
     assert len(scores) == len(ref_scores), (len(scores), len(ref_scores))
+
+
+def assert_same_detections(ours, ref):
+    """Same count (> 0) and labels, scores within 1e-3, boxes within 1e-3 relative."""
+    boxes, scores, labels = ours
+    ref_boxes, ref_scores, ref_labels = ref
+    _assert_same_count(scores, ref_scores)
     assert torch.equal(labels, ref_labels)
-    torch.testing.assert_close(scores, ref_scores, rtol=0, atol=tolerance)
-    torch.testing.assert_close(boxes, ref_boxes, rtol=tolerance, atol=tolerance)
+    torch.testing.assert_close(scores, ref_scores, rtol=0, atol=1e-3)
+    torch.testing.assert_close(boxes, ref_boxes, rtol=1e-3, atol=1e-3)
 
 
 def assert_matching_detections(ours, ref, tolerance, min_share=1.0):
@@ -43,8 +47,7 @@ def assert_matching_detections(ours, ref, tolerance, min_share=1.0):
     any order (half precision reorders near-equal scores)."""
     boxes, scores, labels = ours
     ref_boxes, ref_scores, ref_labels = ref
-    assert len(ref_scores) > 0, 'the reference has no detections: the comparison would be empty'
-    assert len(scores) == len(ref_scores), (len(scores), len(ref_scores))
+    _assert_same_count(scores, ref_scores)
     free = torch.ones(len(scores), dtype=torch.bool)
     unmatched = []
     for box, score, label in zip(ref_boxes, ref_scores, ref_labels):
