@@ -27,7 +27,7 @@ import weakref
 import torch
 from torch import nn
 
-from .capture import capture_graph, on_capture_stream
+from ..utils.cuda_capture import capture_graph, on_capture_stream
 from .graph_cache import GraphCache
 from .module_walk import ModuleWalk
 

@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import torch
 from mmengine.logging import print_log
 
-from .capture import failure_reason
+from ..utils.cuda_capture import failure_reason
 
 __all__ = ["CAPTURE", "EAGER", "REPLAY", "GraphCache"]
 

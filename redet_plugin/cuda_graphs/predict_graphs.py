@@ -19,7 +19,7 @@ from mmengine.structures import InstanceData
 from torch import nn
 
 from ..structures.padded_results import keep_padding
-from .capture import capture_graph
+from ..utils.cuda_capture import capture_graph
 from .graph_cache import GraphCache
 from .module_walk import ModuleWalk
 from .step_graphs import hashable

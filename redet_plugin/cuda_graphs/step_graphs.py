@@ -64,9 +64,9 @@ from mmengine.structures import InstanceData
 from torch import nn
 
 from ..structures.gt_padding import pad_gt_instances
+from ..utils.cuda_capture import capture_graph
 from ..utils.deferred_scalars import defer_scalar
 from .capturable_wrappers import unsupported_wrapper
-from .capture import capture_graph
 from .distributed_step import DistributedStep
 from .graph_cache import EAGER, GraphCache
 from .module_walk import ModuleWalk

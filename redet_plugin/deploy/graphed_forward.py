@@ -11,6 +11,8 @@ import warnings
 import torch
 from torch import Tensor
 
+from ..utils.cuda_capture import capture_graph, on_capture_stream
+
 
 class GraphedForward:
     """`forward` (one (H, W, 3) uint8 CUDA image to its outputs) captured on its first call and
@@ -40,16 +42,14 @@ class GraphedForward:
 
     def _capture(self, pixels: Tensor) -> None:
         self._input = pixels.clone()
-        stream = torch.cuda.Stream(self._device)
-        stream.wait_stream(torch.cuda.current_stream(self._device))
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.stream(stream):
-                # the first run loads the kernels and sizes the workspaces outside the capture
-                self._forward(self._input)
-            # thread_local: another thread of the user's (a loader) may use CUDA meanwhile
-            with torch.cuda.graph(graph, stream=stream, capture_error_mode='thread_local'):
-                self._outputs = self._forward(self._input)
+            with torch.cuda.device(self._device):
+                with on_capture_stream():
+                    # the first run loads the kernels and sizes the workspaces outside the capture
+                    self._forward(self._input)
+                with capture_graph(graph):
+                    self._outputs = self._forward(self._input)
         except RuntimeError as error:
             self._failed = True
             self._input = self._outputs = None
@@ -58,5 +58,3 @@ class GraphedForward:
                           f'({type(error).__name__}: {first})', stacklevel=3)
         else:
             self._graph = graph
-        finally:
-            torch.cuda.current_stream(self._device).wait_stream(stream)
