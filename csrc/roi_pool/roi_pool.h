@@ -1,9 +1,15 @@
 // RoIPool (Fast R-CNN max pooling, torchvision semantics): the functions registered for its ops
 // (roi_pool.cpp) and the argument checks both backends share.
+// The multi-level op pools RoI k from features[levels[k]] at spatial_scales[levels[k]]. Its argmax
+// indexes the levels' maps laid end to end (level l's pixel h * W_l + w is LevelStarts::pixel[l] +
+// h * W_l + w), so that its backward is the single-level backward onto a (N, C, 1, sum H_l W_l)
+// map, cut into the levels' gradients afterwards.
 #pragma once
 #include <tuple>
+#include <vector>
 
 #include "common/checks.h"
+#include "common/feature_levels.h"
 
 namespace redet {
 
@@ -14,6 +20,42 @@ inline void check_roi_pool_forward(const at::Tensor& input, const at::Tensor& ro
   check_rois_layout(rois, input, 5, "(batch_index, x1, y1, x2, y2)", op);  // values: by backend
   check_output_size(pooled_h, pooled_w, op);
   check_positive(spatial_scale, "spatial_scale", op);
+}
+
+inline int64_t total_pixels(at::TensorList features) {
+  int64_t total = 0;
+  for (const auto& f : features) total += f.size(2) * f.size(3);
+  return total;
+}
+
+inline void check_roi_pool_multilevel_forward(at::TensorList features, const at::Tensor& rois,
+                                              const at::Tensor& levels,
+                                              at::ArrayRef<double> spatial_scales,
+                                              int64_t pooled_h, int64_t pooled_w) {
+  constexpr const char* op = "roi_pool_multilevel";
+  check_feature_levels(features, "features", op);
+  check_rois_layout(rois, features[0], 5, "(batch_index, x1, y1, x2, y2)", op);  // values: by backend
+  check_roi_levels(levels, rois, op);
+  check_spatial_scales(spatial_scales, features.size(), op);
+  check_output_size(pooled_h, pooled_w, op);
+  TORCH_CHECK(total_pixels(features) < (int64_t(1) << 31), op, ": the levels' maps must hold "
+              "fewer than 2^31 pixels together (H * W summed over levels), got ",
+              total_pixels(features));
+}
+
+// Where each level's pixels start in the multi-level argmax.
+struct LevelStarts {
+  int pixel[kMaxFeatureLevels];
+};
+
+inline LevelStarts level_starts(at::TensorList features) {
+  LevelStarts starts{};
+  int64_t pixel = 0;
+  for (size_t l = 0; l < features.size(); ++l) {
+    starts.pixel[l] = static_cast<int>(pixel);
+    pixel += features[l].size(2) * features[l].size(3);
+  }
+  return starts;
 }
 
 // The backward op does not check the values of rois and argmax (they come from the forward, which
@@ -49,15 +91,30 @@ at::Tensor roi_pool_backward_cpu(const at::Tensor& grad, const at::Tensor& rois,
                                  const at::Tensor& argmax, int64_t batch_size, int64_t channels,
                                  int64_t height, int64_t width, bool channels_last);
 
+RoIPoolResult roi_pool_multilevel_forward_cpu(at::TensorList features, const at::Tensor& rois,
+                                              const at::Tensor& levels,
+                                              at::ArrayRef<double> spatial_scales,
+                                              int64_t pooled_h, int64_t pooled_w);
+
 RoIPoolResult roi_pool_forward_cuda(const at::Tensor& input, const at::Tensor& rois,
                                     double spatial_scale, int64_t pooled_h, int64_t pooled_w);
 at::Tensor roi_pool_backward_cuda(const at::Tensor& grad, const at::Tensor& rois,
                                   const at::Tensor& argmax, int64_t batch_size, int64_t channels,
                                   int64_t height, int64_t width, bool channels_last);
 
+RoIPoolResult roi_pool_multilevel_forward_cuda(at::TensorList features, const at::Tensor& rois,
+                                               const at::Tensor& levels,
+                                               at::ArrayRef<double> spatial_scales,
+                                               int64_t pooled_h, int64_t pooled_w);
+
 RoIPoolResult roi_pool_forward_autograd(const at::Tensor& input, const at::Tensor& rois,
                                         double spatial_scale, c10::SymInt pooled_h,
                                         c10::SymInt pooled_w);
+RoIPoolResult roi_pool_multilevel_forward_autograd(at::TensorList features,
+                                                   const at::Tensor& rois,
+                                                   const at::Tensor& levels,
+                                                   at::ArrayRef<double> spatial_scales,
+                                                   c10::SymInt pooled_h, c10::SymInt pooled_w);
 at::Tensor roi_pool_backward_autograd(const at::Tensor& grad, const at::Tensor& rois,
                                       const at::Tensor& argmax, c10::SymInt batch_size,
                                       c10::SymInt channels, c10::SymInt height, c10::SymInt width,

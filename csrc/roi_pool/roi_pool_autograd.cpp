@@ -1,7 +1,9 @@
 // Autograd of RoIPool, in C++ like every op's (a Python autograd function would run Python on
 // every call); registered at the Autograd key in roi_pool.cpp. The fake kernels are in
 // redet_plugin/ops/roi_pool.py.
-// The gradient flows to the input only; argmax is not differentiable. The backward op is linear
+// The gradient flows to the input (the features) only; argmax is not differentiable. The
+// multi-level op's backward is the single-level one onto the levels' maps laid end to end, cut
+// into one gradient per level. The backward op is linear
 // in grad_output, so its own gradient (double backward) gathers the incoming gradient at the
 // argmax pixels: every order of derivative is available.
 #include <torch/autograd.h>
@@ -39,6 +41,17 @@ at::Tensor pool_backward(const at::Tensor& grad, const at::Tensor& rois, const a
                  input_sizes[3], channels_last);
 }
 
+TensorPair pool_levels(at::TensorList features, const at::Tensor& rois, const at::Tensor& levels,
+                       at::ArrayRef<double> spatial_scales, const c10::SymInt& pooled_h,
+                       const c10::SymInt& pooled_w) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("redet::roi_pool_multilevel", "")
+          .typed<TensorPair(at::TensorList, const at::Tensor&, const at::Tensor&,
+                            at::ArrayRef<double>, c10::SymInt, c10::SymInt)>();
+  return op.call(features, rois, levels, spatial_scales, pooled_h, pooled_w);
+}
+
 class RoIPool : public torch::autograd::Function<RoIPool> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& input,
@@ -63,6 +76,62 @@ class RoIPool : public torch::autograd::Function<RoIPool> {
                                  ctx->saved_data["channels_last"].toBool());
     }
     return {grad_input, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+class RoIPoolMultilevel : public torch::autograd::Function<RoIPoolMultilevel> {
+ public:
+  static variable_list forward(AutogradContext* ctx, at::TensorList features,
+                               const at::Tensor& rois, const at::Tensor& levels,
+                               std::vector<double> spatial_scales, c10::SymInt pooled_h,
+                               c10::SymInt pooled_w) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [output, argmax] = pool_levels(features, rois, levels, spatial_scales, pooled_h, pooled_w);
+    ctx->mark_non_differentiable({argmax});
+    ctx->set_materialize_grads(false);  // no zeros for unused outputs: backward checks defined()
+    ctx->save_for_backward({rois, argmax});
+    std::vector<c10::SymInt> heights, widths;
+    bool channels_last = true;
+    for (const auto& f : features) {
+      heights.push_back(f.sym_size(2));
+      widths.push_back(f.sym_size(3));
+      channels_last = channels_last && is_channels_last_map(f);
+    }
+    ctx->saved_data["batch_size"] = features[0].sym_size(0);
+    ctx->saved_data["channels"] = features[0].sym_size(1);
+    ctx->saved_data["heights"] = heights;
+    ctx->saved_data["widths"] = widths;
+    ctx->saved_data["channels_last"] = channels_last;
+    return {output, argmax};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto heights = ctx->saved_data["heights"].toSymIntVector();
+    const auto widths = ctx->saved_data["widths"].toSymIntVector();
+    variable_list result(heights.size() + 5);  // one per level, then rois .. pooled_w
+    bool needed = false;
+    for (size_t l = 0; l < heights.size(); ++l) needed = needed || ctx->needs_input_grad(l);
+    if (!needed || !grads[0].defined()) return result;
+    c10::SymInt total = 0;
+    for (size_t l = 0; l < heights.size(); ++l) total = total + heights[l] * widths[l];
+    const auto batch_size = ctx->saved_data["batch_size"].toSymInt();
+    const auto channels = ctx->saved_data["channels"].toSymInt();
+    const auto saved = ctx->get_saved_variables();
+    const std::vector<c10::SymInt> end_to_end{batch_size, channels, 1, total};
+    const bool channels_last = ctx->saved_data["channels_last"].toBool();
+    const auto all_levels = pool_backward(grads[0], saved[0], saved[1], end_to_end, channels_last);
+    // A level's slice of the end-to-end map strides over the other levels' pixels: each gradient
+    // is made a map of its own, in the features' layout (the convolution that made a level takes
+    // it without another copy; for one channels-last image this copies nothing).
+    c10::SymInt start = 0;
+    for (size_t l = 0; l < heights.size(); ++l) {
+      const auto end = start + heights[l] * widths[l];
+      result[l] = all_levels.slice_symint(3, start, end)
+                      .view_symint({batch_size, channels, heights[l], widths[l]})
+                      .contiguous(gradient_format(channels_last));
+      start = end;
+    }
+    return result;
   }
 };
 
@@ -120,6 +189,16 @@ RoIPoolResult roi_pool_forward_autograd(const at::Tensor& input, const at::Tenso
                                         c10::SymInt pooled_w) {
   const auto result =
       RoIPool::apply(input, rois, spatial_scale, std::move(pooled_h), std::move(pooled_w));
+  return {result[0], result[1]};
+}
+
+RoIPoolResult roi_pool_multilevel_forward_autograd(at::TensorList features,
+                                                   const at::Tensor& rois,
+                                                   const at::Tensor& levels,
+                                                   at::ArrayRef<double> spatial_scales,
+                                                   c10::SymInt pooled_h, c10::SymInt pooled_w) {
+  const auto result = RoIPoolMultilevel::apply(features, rois, levels, spatial_scales.vec(),
+                                               std::move(pooled_h), std::move(pooled_w));
   return {result[0], result[1]};
 }
 

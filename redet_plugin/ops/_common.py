@@ -43,6 +43,21 @@ def require_tensors(op: str, **tensors) -> None:
             raise TypeError(f"{op}: {name} must be a tensor, got {type(value).__name__}")
 
 
+def level_arguments(op: str, features, rois, levels, spatial_scales) -> List[float]:
+    """The multi-level ops' features (a list of tensors), rois, levels (tensors) and
+    spatial_scales (a list of numbers, returned as floats): a TypeError naming the first that is
+    not what it should be."""
+    if not isinstance(features, (list, tuple)):
+        raise TypeError(f"{op}: features must be a list of tensors, got "
+                        f"{type(features).__name__}")
+    require_tensors(op, **{f"features[{i}]": f for i, f in enumerate(features)}, rois=rois,
+                    levels=levels)
+    if not isinstance(spatial_scales, (list, tuple)):
+        raise TypeError(f"{op}: spatial_scales must be a list of numbers (one per level), "
+                        f"got {type(spatial_scales).__name__}")
+    return [as_float(s, f"spatial_scales[{i}]", op) for i, s in enumerate(spatial_scales)]
+
+
 def require_one_device(op: str, **tensors: torch.Tensor) -> None:
     """For the fake kernels: a RuntimeError naming the first tensor on another device than the
     first one. Without it a call mixing a meta tensor with real ones would run the fake kernel

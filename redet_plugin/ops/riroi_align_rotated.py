@@ -35,8 +35,8 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import (as_float, as_int, empty_gradient, output_size_pair, require_one_device,
-                      require_tensors, rois_with_batch_index)
+from ._common import (as_float, as_int, empty_gradient, level_arguments, output_size_pair,
+                      require_one_device, require_tensors, rois_with_batch_index)
 
 OP = "riroi_align_rotated"
 MULTI_OP = "riroi_align_rotated_multilevel"
@@ -117,15 +117,7 @@ def riroi_align_rotated_multilevel(features: Sequence[torch.Tensor], rois: torch
     (K,) int64) with spatial_scales[levels[k]]. Equal to calling :func:`riroi_align_rotated` per
     level and scattering the results; every level gets a gradient (zeros where it has no RoI).
     """
-    if not isinstance(features, (list, tuple)):
-        raise TypeError(f"{MULTI_OP}: features must be a list of tensors, got "
-                        f"{type(features).__name__}")
-    require_tensors(MULTI_OP, **{f"features[{i}]": f for i, f in enumerate(features)}, rois=rois,
-                    levels=levels)
-    if not isinstance(spatial_scales, (list, tuple)):
-        raise TypeError(f"{MULTI_OP}: spatial_scales must be a list of numbers (one per level), "
-                        f"got {type(spatial_scales).__name__}")
-    scales = [as_float(s, "spatial_scales[i]", MULTI_OP) for s in spatial_scales]
+    scales = level_arguments(MULTI_OP, features, rois, levels, spatial_scales)
     out_h, out_w = output_size_pair(output_size, MULTI_OP)
     options = _options(num_samples, num_orientations, clockwise, legacy_orientation, MULTI_OP)
     _ext.require(MULTI_OP, *features, rois)

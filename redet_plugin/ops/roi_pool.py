@@ -10,6 +10,10 @@ before computing; on CUDA after the kernel is enqueued (the GPU never waits for 
 kernel skips bad rows), and not at all while a CUDA graph is captured, where a bad row pools zeros
 (argmax -1) and passes no gradient (README: "Bad input, host waits and CUDA graphs").
 
+`roi_pool_multilevel` pools every RoI from its own feature level (an FPN's) in one launch: equal
+to `roi_pool` per level with the results put together, without pooling any RoI at a level not
+its own.
+
 The input's gradient has the input's layout: channels-last for a channels-last map, so the
 convolution that made the map takes it without a conversion.
 The CUDA backward sums float16/bfloat16 gradients in 16 bits with atomics (as torchvision does);
@@ -21,10 +25,11 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import (as_float, empty_gradient, output_size_pair, require_one_device,
-                      require_tensors, rois_with_batch_index)
+from ._common import (as_float, empty_gradient, level_arguments, output_size_pair,
+                      require_one_device, require_tensors, rois_with_batch_index)
 
 OP = "roi_pool"
+MULTI_OP = "roi_pool_multilevel"
 
 if _ext.is_loaded():
     @torch.library.register_fake("redet::roi_pool")
@@ -33,6 +38,18 @@ if _ext.is_loaded():
         torch._check(input.dim() == 4, lambda: "roi_pool: input must be 4-D")
         shape = (rois.shape[0], input.shape[1], pooled_height, pooled_width)
         return input.new_empty(shape), input.new_empty(shape, dtype=torch.int32)
+
+    @torch.library.register_fake("redet::roi_pool_multilevel")
+    def _roi_pool_multilevel_fake(features, rois, levels, spatial_scales, pooled_height,
+                                  pooled_width):
+        torch._check(len(features) > 0, lambda: f"{MULTI_OP}: features must not be empty")
+        require_one_device(MULTI_OP, **{f"features[{i}]": f for i, f in enumerate(features)},
+                           rois=rois, levels=levels)
+        torch._check(rois.dim() == 2 and rois.shape[1] == 5,
+                     lambda: f"{MULTI_OP}: rois must be (K, 5)")
+        first = features[0]
+        shape = (rois.shape[0], first.shape[1], pooled_height, pooled_width)
+        return first.new_empty(shape), first.new_empty(shape, dtype=torch.int32)
 
     @torch.library.register_fake("redet::_roi_pool_backward")
     def _roi_pool_backward_fake(grad, rois, argmax, batch_size, channels, height, width,
@@ -57,6 +74,24 @@ def roi_pool(input: torch.Tensor, rois: Union[torch.Tensor, List[torch.Tensor]],
     scale = as_float(spatial_scale, "spatial_scale", OP)
     _ext.require(OP, input, rois)
     output, _ = torch.ops.redet.roi_pool(input, rois, scale, pooled_h, pooled_w)
+    return output
+
+
+def roi_pool_multilevel(features: Sequence[torch.Tensor], rois: torch.Tensor,
+                        levels: torch.Tensor, spatial_scales: Sequence[float],
+                        output_size: Union[int, Sequence[int]]) -> torch.Tensor:
+    """RoIPool over feature levels in one kernel launch.
+
+    features: list of (N, C, H_l, W_l) maps; RoI k of rois (K, 5) is pooled from
+    features[levels[k]] (levels: (K,) int64) with spatial_scales[levels[k]]. Equal to calling
+    :func:`roi_pool` per level and putting the results together; every level gets a gradient
+    (zeros where it has no RoI).
+    """
+    scales = level_arguments(MULTI_OP, features, rois, levels, spatial_scales)
+    pooled_h, pooled_w = output_size_pair(output_size, MULTI_OP)
+    _ext.require(MULTI_OP, *features, rois)
+    output, _ = torch.ops.redet.roi_pool_multilevel(list(features), rois, levels, scales,
+                                                    pooled_h, pooled_w)
     return output
 
 

@@ -1,7 +1,8 @@
 """RedetHorizontalSingleRoIExtractor pools each RoI from its level exactly as mmdet's
 SingleRoIExtractor does (forward and gradients, RoIPool and mmcv's RoIAlign), without listing
-the RoIs of a level (meta tensors on the CPU, sync_debug_mode on a GPU). On the CPU it lists
-them as mmdet does, so the parked path is tested through _pool."""
+the RoIs of a level (meta tensors on the CPU, sync_debug_mode on a GPU). RoIPool takes its
+multi-level kernel on every device; RoIAlign on the CPU lists the RoIs as mmdet does, so its
+parked path (CUDA's) is tested through _pool."""
 import pytest
 import torch
 from mmdet.models.roi_heads.roi_extractors import SingleRoIExtractor
@@ -46,6 +47,11 @@ def test_same_features_and_gradients_as_mmdet(layer, seed, roi_scale_factor):
     mmdet_grads = torch.autograd.grad(expected, feats, grad)
     for a, b in zip(ours_grads, mmdet_grads):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_our_roi_pool_takes_its_multi_level_kernel_and_others_do_not():
+    assert extractor(LAYERS[0]).fused_kernel is not None
+    assert extractor(LAYERS[1]).fused_kernel is None
 
 
 def test_inputs_cover_every_level_and_an_empty_one():

@@ -1,5 +1,6 @@
-// RoIPool on the CPU. Forward: parallel over (roi, channel) planes. Backward: parallel over
-// channels, each thread visiting RoIs in a fixed order, so it is race-free and deterministic.
+// RoIPool on the CPU. Forward (one level or several): parallel over (roi, channel) planes.
+// Backward: parallel over channels, each thread visiting RoIs in a fixed order, so it is race-free
+// and deterministic.
 #include <ATen/Parallel.h>
 #include <ATen/OpMathType.h>
 
@@ -9,21 +10,27 @@
 
 namespace redet {
 
-RoIPoolResult roi_pool_forward_cpu(const at::Tensor& input_, const at::Tensor& rois_,
-                                   double spatial_scale, int64_t pooled_h, int64_t pooled_w) {
-  check_roi_pool_forward(input_, rois_, pooled_h, pooled_w, spatial_scale);
-  check_roi_values_cpu(rois_, input_.size(0), "roi_pool");
-  const auto input = input_.contiguous();
-  const auto rois = rois_.contiguous();
-  const int64_t num_rois = rois.size(0), channels = input.size(1);
-  const int height = input.size(2), width = input.size(3);
-  auto output = at::empty({num_rois, channels, pooled_h, pooled_w}, input.options());
-  auto argmax = at::empty({num_rois, channels, pooled_h, pooled_w}, input.options().dtype(at::kInt));
-  if (output.numel() == 0) return {output, argmax};
+namespace {
 
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "roi_pool_cpu", [&] {
+// Pools RoI k from features[levels[k]] (levels undefined: features holds one map); the arguments
+// are checked, the values of rois and levels included.
+RoIPoolResult pool_levels(at::TensorList features_, const at::Tensor& rois_,
+                          const at::Tensor& levels_, at::ArrayRef<double> scales, int64_t pooled_h,
+                          int64_t pooled_w) {
+  const auto features = contiguous_all(features_);
+  const auto rois = rois_.contiguous();
+  const auto levels = levels_.defined() ? levels_.contiguous() : levels_;
+  const int64_t num_rois = rois.size(0), channels = features[0].size(1);
+  auto output = at::empty({num_rois, channels, pooled_h, pooled_w}, features[0].options());
+  auto argmax = at::empty({num_rois, channels, pooled_h, pooled_w},
+                          features[0].options().dtype(at::kInt));
+  if (output.numel() == 0) return {output, argmax};
+  const LevelStarts starts = level_starts(features);
+  const int64_t* level_data = levels.defined() ? levels.data_ptr<int64_t>() : nullptr;
+
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, features[0].scalar_type(), "roi_pool_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const scalar_t* in = input.data_ptr<scalar_t>();
+    const auto table = feature_levels<scalar_t, acc_t>(features, scales);
     const scalar_t* roi_data = rois.data_ptr<scalar_t>();
     scalar_t* out = output.data_ptr<scalar_t>();
     int* arg = argmax.data_ptr<int>();
@@ -32,15 +39,18 @@ RoIPoolResult roi_pool_forward_cpu(const at::Tensor& input_, const at::Tensor& r
       for (int64_t kc = begin; kc < end; ++kc) {
         const int64_t k = kc / channels, c = kc % channels;
         const scalar_t* roi = roi_data + k * 5;
+        const int l = level_data ? static_cast<int>(level_data[k]) : 0;
+        const int height = table.height[l], width = table.width[l];
         const int64_t n = static_cast<int64_t>(roi[0]);
-        const scalar_t* plane = in + (n * channels + c) * height * width;
+        const scalar_t* plane = table.data[l] + (n * channels + c) * height * width;
         for (int ph = 0; ph < pooled_h; ++ph) {
           for (int pw = 0; pw < pooled_w; ++pw) {
-            const PoolBin b = roi_pool_bin<scalar_t, acc_t>(roi, static_cast<acc_t>(spatial_scale),
-                                                            ph, pw, pooled_h, pooled_w, height, width);
+            const PoolBin b = roi_pool_bin<scalar_t, acc_t>(roi, table.spatial_scale[l], ph, pw,
+                                                            pooled_h, pooled_w, height, width);
             acc_t value;
             const int64_t o = kc * bins + ph * pooled_w + pw;
-            arg[o] = bin_max<scalar_t, acc_t>(plane, width, b, &value);
+            const int index = bin_max<scalar_t, acc_t>(plane, width, b, &value);
+            arg[o] = index < 0 ? index : starts.pixel[l] + index;
             out[o] = static_cast<scalar_t>(value);
           }
         }
@@ -48,6 +58,25 @@ RoIPoolResult roi_pool_forward_cpu(const at::Tensor& input_, const at::Tensor& r
     });
   });
   return {output, argmax};
+}
+
+}  // namespace
+
+RoIPoolResult roi_pool_forward_cpu(const at::Tensor& input, const at::Tensor& rois,
+                                   double spatial_scale, int64_t pooled_h, int64_t pooled_w) {
+  check_roi_pool_forward(input, rois, pooled_h, pooled_w, spatial_scale);
+  check_roi_values_cpu(rois, input.size(0), "roi_pool");
+  return pool_levels({input}, rois, at::Tensor(), {spatial_scale}, pooled_h, pooled_w);
+}
+
+RoIPoolResult roi_pool_multilevel_forward_cpu(at::TensorList features, const at::Tensor& rois,
+                                              const at::Tensor& levels,
+                                              at::ArrayRef<double> spatial_scales,
+                                              int64_t pooled_h, int64_t pooled_w) {
+  check_roi_pool_multilevel_forward(features, rois, levels, spatial_scales, pooled_h, pooled_w);
+  check_roi_values_cpu(rois, features[0].size(0), "roi_pool_multilevel", levels,
+                       static_cast<int64_t>(features.size()));
+  return pool_levels(features, rois, levels, spatial_scales, pooled_h, pooled_w);
 }
 
 at::Tensor roi_pool_backward_cpu(const at::Tensor& grad_, const at::Tensor& rois_,

@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "common/cuda/channel_tile.cuh"
 #include "common/cuda/channels_last.cuh"
@@ -100,10 +101,10 @@ constexpr int min_blocks_per_sm() {
 template <typename scalar_t, typename index_t, int kLaneChannels>
 __global__ void
 __launch_bounds__(kWarpsPerBlock * kWarp, min_blocks_per_sm<scalar_t, index_t, kLaneChannels>())
-roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) memory
+roi_pool_forward_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> levels,  // NHWC
+                        LevelStarts starts, const int64_t* __restrict__ roi_levels,
                         const scalar_t* __restrict__ rois, int64_t num_rois, int64_t batch_size,
-                        int channels, int height, int width, int pooled_h, int pooled_w,
-                        at::opmath_type<scalar_t> spatial_scale, scalar_t* __restrict__ output,
+                        int channels, int pooled_h, int pooled_w, scalar_t* __restrict__ output,
                         int* __restrict__ argmax) {
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int kChunk = kWarp * kLaneChannels;  // channels of one unit
@@ -132,8 +133,12 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
     const scalar_t* roi = rois + u.k * 5;
     // A row that breaks the rules (common/roi_rows.h; the op raises after this kernel, or not at
     // all in a CUDA graph) pools empty bins: output 0, argmax -1 (no gradient). Warp-uniform.
+    const int64_t level = roi_levels ? roi_levels[u.k] : 0;
     int64_t n = 0;
-    const bool valid_roi = roi_row_image(roi, 5, batch_size, 0, 1, &n);
+    const bool valid_roi = roi_row_image(roi, 5, batch_size, level, levels.count, &n);
+    const int l = valid_roi ? static_cast<int>(level) : 0;
+    const scalar_t* __restrict__ input = levels.data[l];
+    const int height = levels.height[l], width = levels.width[l], start = starts.pixel[l];
     // pixel i = h * width + w of channel c sits at input[(n * H * W + i) * C + c]
     const int64_t origin = n * height * width * channels + u.chunk_start + first;
     // C is a multiple of kLaneChannels on the vector path: a lane's channels are all valid or none.
@@ -142,7 +147,7 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
     // the whole warp: in 16-bit types the geometry is ~150 instructions a bin); the bin loop reads
     // it back (a broadcast), holding no registers for it across the loop.
     if (lane < u.bins) {
-      warp_bins[lane] = valid_roi ? roi_pool_bin<scalar_t, acc_t>(roi, spatial_scale, u.ph,
+      warp_bins[lane] = valid_roi ? roi_pool_bin<scalar_t, acc_t>(roi, levels.spatial_scale[l], u.ph,
                                                                   u.pw_start + lane, pooled_h,
                                                                   pooled_w, height, width)
                                   : PoolBin{0, 0, 0, 0};
@@ -174,7 +179,7 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
 #pragma unroll
       for (int i = 0; i < kLaneChannels; ++i) {
         values.put(first + i, j, static_cast<scalar_t>(value[i]));
-        indices.put(first + i, j, index[i]);
+        indices.put(first + i, j, index[i] < 0 ? index[i] : start + index[i]);
       }
     }
     const int64_t o = ((u.k * channels + u.chunk_start) * pooled_h + u.ph) * pooled_w + u.pw_start;
@@ -184,52 +189,64 @@ roi_pool_forward_kernel(const scalar_t* __restrict__ input,  // (N, H, W, C) mem
 }
 
 // The rule of the header comment: 2 channels a lane for float / half / bfloat16 when C is even and
-// the data pointer holds 2 aligned elements, else 1.
-inline int lane_channels_for(const at::Tensor& channels_last_input) {
-  const auto type = channels_last_input.scalar_type();
-  const bool pair_type = type == at::kFloat || type == at::kHalf || type == at::kBFloat16;
-  const int64_t pair_bytes = 2 * channels_last_input.element_size();
-  const auto address = reinterpret_cast<std::uintptr_t>(channels_last_input.data_ptr());
-  return pair_type && channels_last_input.size(1) % 2 == 0 && address % pair_bytes == 0 ? 2 : 1;
+// every level's data pointer holds 2 aligned elements, else 1.
+inline int lane_channels_for(const std::vector<at::Tensor>& channels_last_levels) {
+  for (const auto& level : channels_last_levels) {
+    const auto type = level.scalar_type();
+    const bool pair_type = type == at::kFloat || type == at::kHalf || type == at::kBFloat16;
+    const int64_t pair_bytes = 2 * level.element_size();
+    const auto address = reinterpret_cast<std::uintptr_t>(level.data_ptr());
+    if (!pair_type || level.size(1) % 2 != 0 || address % pair_bytes != 0) return 1;
+  }
+  return 2;
 }
 
-}  // namespace
-
-RoIPoolResult roi_pool_forward_cuda(const at::Tensor& input_, const at::Tensor& rois_,
-                                    double spatial_scale, int64_t pooled_h, int64_t pooled_w) {
-  check_roi_pool_forward(input_, rois_, pooled_h, pooled_w, spatial_scale);
-  c10::cuda::CUDAGuard guard(input_.device());
+// Pools RoI k from features[levels[k]] (levels undefined: features holds one map); features and
+// rois are checked but for the values of rois and levels.
+RoIPoolResult pool_levels(at::TensorList features_, const at::Tensor& rois_,
+                          const at::Tensor& levels_, at::ArrayRef<double> scales, int64_t pooled_h,
+                          int64_t pooled_w, const char* op) {
+  c10::cuda::CUDAGuard guard(features_[0].device());
+  const int64_t batch_size = features_[0].size(0), channels = features_[0].size(1);
   // enqueued before the kernel, read after it (which skips bad rows itself): the GPU never waits
-  DeferredRoiCheck roi_check(rois_, input_.size(0));
-  // (N, H, W, C) memory: no copy when the caller's input is already channels-last.
-  const auto input = to_channels_last(input_);
+  DeferredRoiCheck roi_check(rois_, batch_size, levels_,
+                             levels_.defined() ? static_cast<int64_t>(features_.size()) : 0);
+  // (N, H, W, C) memory: no copy for a map that is already channels-last.
+  std::vector<at::Tensor> features;
+  for (const auto& feature : features_) features.push_back(to_channels_last(feature));
   const auto rois = rois_.contiguous();
-  const int64_t num_rois = rois.size(0), channels = input.size(1);
-  const auto options = input.options().memory_format(at::MemoryFormat::Contiguous);
+  const auto levels = levels_.defined() ? levels_.contiguous() : levels_;
+  const int64_t num_rois = rois.size(0);
+  const auto options = features[0].options().memory_format(at::MemoryFormat::Contiguous);
   auto output = at::empty({num_rois, channels, pooled_h, pooled_w}, options);
   auto argmax = at::empty({num_rois, channels, pooled_h, pooled_w}, options.dtype(at::kInt));
   if (output.numel() == 0) {
-    roi_check.raise_if_bad("roi_pool");
+    roi_check.raise_if_bad(op);
     return {output, argmax};
   }
-  const int lane_channels = lane_channels_for(input);
+  const LevelStarts starts = level_starts(features);
+  const int lane_channels = lane_channels_for(features);
   const int64_t chunk = kWarp * lane_channels;
   const int64_t units = (channels + chunk - 1) / chunk * num_rois * pooled_h *
                         ((pooled_w + kTileBins - 1) / kTileBins);
   // A block per 8 units, up to kMaxBlocks: units differ a lot in cost (RoI sides of a few to 64+
   // pixels) and the block scheduler balances them better than a grid-stride loop would.
   const int64_t blocks = std::min((units + kWarpsPerBlock - 1) / kWarpsPerBlock, kMaxBlocks);
-  const bool int_offsets = input.numel() <= std::numeric_limits<int>::max();
+  bool int_offsets = true;
+  for (const auto& feature : features) {
+    int_offsets = int_offsets && feature.numel() <= std::numeric_limits<int>::max();
+  }
+  const int64_t* level_data = levels.defined() ? levels.data_ptr<int64_t>() : nullptr;
   auto stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "roi_pool_cuda", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, features[0].scalar_type(), "roi_pool_cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const auto table = feature_levels<scalar_t, acc_t>(features, scales);
     const auto launch = [&](auto index_type, auto lanes) {
       using index_t = decltype(index_type);
       roi_pool_forward_kernel<scalar_t, index_t, decltype(lanes)::value>
           <<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(
-              input.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), num_rois, input.size(0),
-              channels, input.size(2), input.size(3), pooled_h, pooled_w,
-              static_cast<at::opmath_type<scalar_t>>(spatial_scale), output.data_ptr<scalar_t>(),
-              argmax.data_ptr<int>());
+              table, starts, level_data, rois.data_ptr<scalar_t>(), num_rois, batch_size,
+              channels, pooled_h, pooled_w, output.data_ptr<scalar_t>(), argmax.data_ptr<int>());
     };
     using One = std::integral_constant<int, 1>;
     // double has no vector path (lane_channels_for gives 1): no kernel is instantiated for it
@@ -241,8 +258,26 @@ RoIPoolResult roi_pool_forward_cuda(const at::Tensor& input_, const at::Tensor& 
     }
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  roi_check.raise_if_bad("roi_pool");  // waits for the check only; the kernel runs on
+  roi_check.raise_if_bad(op);  // waits for the check only; the kernel runs on
   return {output, argmax};
+}
+
+}  // namespace
+
+RoIPoolResult roi_pool_forward_cuda(const at::Tensor& input, const at::Tensor& rois,
+                                    double spatial_scale, int64_t pooled_h, int64_t pooled_w) {
+  check_roi_pool_forward(input, rois, pooled_h, pooled_w, spatial_scale);
+  return pool_levels({input}, rois, at::Tensor(), {spatial_scale}, pooled_h, pooled_w,
+                     "roi_pool");
+}
+
+RoIPoolResult roi_pool_multilevel_forward_cuda(at::TensorList features, const at::Tensor& rois,
+                                               const at::Tensor& levels,
+                                               at::ArrayRef<double> spatial_scales,
+                                               int64_t pooled_h, int64_t pooled_w) {
+  check_roi_pool_multilevel_forward(features, rois, levels, spatial_scales, pooled_h, pooled_w);
+  return pool_levels(features, rois, levels, spatial_scales, pooled_h, pooled_w,
+                     "roi_pool_multilevel");
 }
 
 }  // namespace redet

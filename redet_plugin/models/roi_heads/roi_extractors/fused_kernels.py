@@ -8,7 +8,8 @@ from typing import Callable, List, Optional
 
 from torch import Tensor, nn
 
-from redet_plugin.ops import RiRoIAlignRotated, riroi_align_rotated_multilevel
+from redet_plugin.ops import (RiRoIAlignRotated, RoIPool, riroi_align_rotated_multilevel,
+                              roi_pool_multilevel)
 
 FusedKernel = Callable[[nn.ModuleList, List[Tensor], Tensor, Tensor], Tensor]
 
@@ -23,8 +24,14 @@ def _riroi_align_rotated_all_levels(layers: nn.ModuleList, feats: List[Tensor], 
         legacy_orientation=first.legacy_orientation)
 
 
+def _roi_pool_all_levels(layers: nn.ModuleList, feats: List[Tensor], rois: Tensor,
+                         levels: Tensor) -> Tensor:
+    return roi_pool_multilevel(feats, rois, levels, [layer.spatial_scale for layer in layers],
+                               layers[0].output_size)
+
+
 # Exact classes: a subclass may change the pooling, so it gets the per-level loop.
-_KERNELS = {RiRoIAlignRotated: _riroi_align_rotated_all_levels}
+_KERNELS = {RiRoIAlignRotated: _riroi_align_rotated_all_levels, RoIPool: _roi_pool_all_levels}
 
 
 def fused_kernel_for(layer: nn.Module) -> Optional[FusedKernel]:

@@ -5,15 +5,16 @@ dict(type='RedetRoIPool', output_size=7) builds our RoIPool (CPU and CUDA, torch
 semantics) while dict(type='RoIAlign', ...) still builds mmcv's.
 
 mmdet pools each level's RoIs by listing them (nonzero: a wait for the GPU) and scattering the
-results back. Here every level's layer sees all RoIs, with those of other levels parked as an
-empty box far outside the image (no bin of it covers a pixel, so RoIPool and RoIAlign skip it
-at almost no cost), and each RoI takes the result of its own level. The result is mmdet's, RoI
-for RoI; every level is in the graph, so DDP needs no zero-weighted term for an unused level.
-Our RoIPool's check of the rois' values, a host wait per call on CUDA, is skipped
-(ops.unchecked_rois): rois made by bbox2roi need none.
-On the CPU, where a read-back costs no idle GPU, mmdet's listing is kept: there a parked RoI
-still costs the CPU kernel its bins, and pooling every RoI at every level would cost more than
-listing saves.
+results back. Here, on any device:
+- our RoIPool pools every RoI from its own level in one launch (ops.roi_pool_multilevel);
+- any other layer on CUDA sees all RoIs at every level, with those of other levels parked as an
+  empty box far outside the image (no bin of it covers a pixel, so RoIAlign skips it at almost no
+  cost), and each RoI takes the result of its own level;
+- any other layer on the CPU keeps mmdet's listing (a read-back there costs no idle GPU, and a
+  parked RoI would still cost the CPU kernel its bins).
+The result is mmdet's, RoI for RoI; with the first two every level is in the graph, so DDP needs
+no zero-weighted term for an unused level. Our ops' check of the rois' values, a host wait per
+call on CUDA, is skipped (ops.unchecked_rois): rois made by bbox2roi need none.
 """
 from typing import List, Optional, Tuple
 
@@ -25,6 +26,7 @@ from torch import Tensor, nn
 from redet_plugin.ops import unchecked_rois
 from redet_plugin.utils.registration import register
 
+from .fused_kernels import fused_kernel_for
 from .roi_layer_builder import build_roi_layers, readable_by
 
 _PARKED = -1.0e4  # image coordinates of the empty box that stands in for another level's RoI
@@ -34,15 +36,20 @@ _PARKED = -1.0e4  # image coordinates of the empty box that stands in for anothe
 class HorizontalSingleRoIExtractor(SingleRoIExtractor):
     """Same arguments as mmdet's SingleRoIExtractor; rois (K, 5) = (batch_idx, x1, y1, x2, y2)."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fused_kernel = fused_kernel_for(self.roi_layers[0])
+
     def build_roi_layers(self, layer_cfg: dict, featmap_strides: List[int]) -> nn.ModuleList:
         return build_roi_layers(layer_cfg, featmap_strides)
 
     def forward(self, feats: Tuple[Tensor], rois: Tensor,
                 roi_scale_factor: Optional[float] = None) -> Tensor:
         feats = tuple(readable_by(self.roi_layers[0], feat) for feat in feats)
-        # (an exported program takes the fixed-size way on the CPU too: the listing's shapes
+        # (an exported program takes a fixed-size way on the CPU too: the listing's shapes
         # depend on the data, which torch.export cannot trace)
-        if rois.device.type == 'cpu' and not torch.compiler.is_exporting():
+        if (self.fused_kernel is None and rois.device.type == 'cpu'
+                and not torch.compiler.is_exporting()):
             return super().forward(feats, rois, roi_scale_factor)
         with unchecked_rois():
             return self._pool(feats, rois.type_as(feats[0]), roi_scale_factor)
@@ -54,6 +61,8 @@ class HorizontalSingleRoIExtractor(SingleRoIExtractor):
         levels = self.map_roi_levels(rois, num_levels)
         if roi_scale_factor is not None:
             rois = self.roi_rescale(rois, roi_scale_factor)
+        if self.fused_kernel is not None:
+            return self.fused_kernel(self.roi_layers[:num_levels], list(feats), rois, levels)
         parked = torch.cat([rois[:, :1], torch.full_like(rois[:, 1:], _PARKED)], dim=1)
         pooled = None
         for level in range(num_levels):
