@@ -6,7 +6,7 @@
 # Usage (repo root, on the device):
 #   bash benchmarks/device_run.sh ["TESTS"] ["BENCHES"] ["SANITIZE SCRIPTS"]
 # Each argument left out takes its default: TESTS `tests` (the whole suite; "" runs none),
-# BENCHES the four op benchmarks, SANITIZE every benchmarks/sanitize/sanitize_*.py ("" runs none).
+# BENCHES the five op benchmarks, SANITIZE every benchmarks/sanitize/sanitize_*.py ("" runs none).
 # Benchmarks and sanitizer drivers are given as paths (benchmarks/ops/bench_x.py) and run as
 # modules.
 # Environment: OUT (default /tmp/out), PYTEST_WORKERS (default 8), REDET_TEST_GPUS (spread the
@@ -17,7 +17,7 @@
 set -uo pipefail
 T0=$(date +%s)
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; LOGS="$OUT/logs"; mkdir -p "$LOGS"
-DEFAULT_BENCHES="benchmarks/ops/bench_riroi_align_rotated.py benchmarks/ops/bench_roi_pool.py benchmarks/ops/bench_depth_flow_projection.py benchmarks/ops/bench_rotated_extractor.py"
+DEFAULT_BENCHES="benchmarks/ops/bench_riroi_align_rotated.py benchmarks/ops/bench_roi_pool.py benchmarks/ops/bench_depth_flow_projection.py benchmarks/ops/bench_rotated_extractor.py benchmarks/ops/bench_horizontal_extractor.py"
 TESTS="${1-tests}"; BENCHES="${2-$DEFAULT_BENCHES}"; SANITIZE="${3-$(ls benchmarks/sanitize/sanitize_*.py)}"
 DAIN_SRC="${DAIN_SRC:-.peers/dain}"; DAIN_BUILD=/tmp/dain_build; DEADLINE_S="${DEADLINE_S:-570}"
 export PYTHONUNBUFFERED=1

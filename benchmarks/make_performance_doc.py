@@ -167,6 +167,26 @@ def rotated_extractor(path, d):
                           "mmrotate's loop, mmcv (ms)", 'vs loop', 'vs mmrotate'], rows)]
 
 
+def horizontal_extractor(path, d):
+    rows = []
+    for r in d['results']:
+        case = f"{r['case']}: {plural(r['images'], 'image')}, {r['rois']} RoIs"
+        for name, key in (('forward', 'forward'), ('forward + backward', 'forward_backward')):
+            fused, parked, mmdet = (r.get(f'{who}_{key}_ms')
+                                    for who in ('fused', 'parked', 'mmdet_mmcv'))
+            rows.append([case, r['dtype'], name, num(fused), num(parked), num(mmdet),
+                         ratio(parked, fused), ratio(mmdet, fused)])
+    intro = (f"`RedetHorizontalSingleRoIExtractor` with `RedetRoIPool` (ReDet's first stage): "
+             f"every RoI pooled from its own FPN level in one launch, against the same op pooling "
+             f"all RoIs at every level with those of other levels parked (the extractor's way "
+             f"for layers without a multi-level kernel) and against mmdet's "
+             f"`SingleRoIExtractor` around mmcv's RoIPool (mmrotate's ReDet). {d['shape']}. "
+             f"Forward includes the choice of level; forward + backward also computes the "
+             f"feature gradients.")
+    return [intro, table(['case', 'dtype', 'pass', 'one launch (ms)', 'parked levels (ms)',
+                          "mmdet + mmcv (ms)", 'vs parked', 'vs mmdet + mmcv'], rows)]
+
+
 def field_batch_norm(path, d):
     def cell(r, key):
         ours, peer = r[f'field_norm_{key}_ms'], r[f'e2cnn_{key}_ms']
@@ -647,6 +667,8 @@ SECTIONS = [
      'benchmarks/ops/bench_depth_flow_projection.py', depth_flow_projection),
     ('Rotated RoI extractor (all FPN levels in one launch)', 'rotated_extractor',
      'benchmarks/ops/bench_rotated_extractor.py', rotated_extractor),
+    ('Horizontal RoI extractor (all FPN levels in one launch)', 'horizontal_extractor',
+     'benchmarks/ops/bench_horizontal_extractor.py', horizontal_extractor),
     ('FieldBatchNorm', 'field_batch_norm', 'benchmarks/ops/bench_field_batch_norm.py',
      field_batch_norm),
     ('ReResNet-50 + ReFPN against ResNet-50 + FPN', 're_resnet',

@@ -5,7 +5,9 @@ float, half and bfloat16 with an even C and an aligned data pointer; the scalar 
 C and a channels-last view at an odd storage offset (misaligned pairs). Every case runs on NCHW input
 (the transpose kernel), channels-last input, and the misaligned channels-last view. Bad RoI rows
 (NaN/inf, batch index out of range or not an integer) reach the kernels twice: in eager calls
-(the check raises after them) and in replays of a captured CUDA graph (nothing checks).
+(the check raises after them) and in replays of a captured CUDA graph (nothing checks). The
+multi-level op runs the same forward over several maps: RoIs at every level but one, on both
+paths and every layout, and bad levels in eager calls and graph replays.
 Usage (repo root):
     compute-sanitizer --tool memcheck python -m benchmarks.sanitize.sanitize_roi_pool"""
 
@@ -49,6 +51,7 @@ def run():
                     out.backward(torch.ones_like(out))
                 torch.use_deterministic_algorithms(False)
     run_bad_rows()
+    run_multilevel()
     torch.cuda.synchronize()
     print("sanitize_roi_pool: done")
 
@@ -85,6 +88,42 @@ def run_bad_rows():
             graph.replay()
             rois[1, column] = good
         torch.cuda.synchronize()
+
+
+def run_multilevel():
+    sizes, scales = [(9, 11), (5, 6), (3, 3)], [0.5, 0.25, 0.125]
+    for dtype in [torch.float32, torch.float64, torch.float16, torch.bfloat16]:
+        for channels in (3, 66):
+            for layout in LAYOUTS.values():
+                feats = [layout(torch.randn(2, channels, h, w, device="cuda", dtype=dtype))
+                         .detach().requires_grad_(True) for h, w in sizes]
+                rois = torch.tensor([[0, 1., 1, 8, 6], [1, -5, -5, 30, 30], [0, 6, 6, 2, 2],
+                                     [1, 0, 0, 12, 12]], device="cuda", dtype=dtype)
+                levels = torch.tensor([0, 2, 0, 2], device="cuda")  # level 1 has none
+                out = redet_plugin.ops.roi_pool_multilevel(feats, rois, levels, scales, (3, 11))
+                out.backward(torch.ones_like(out))
+    feats = [torch.randn(2, 66, h, w, device="cuda").requires_grad_(True) for h, w in sizes]
+    rois = torch.tensor([[0, 1., 1, 8, 6], [1, 0, 0, 12, 12]], device="cuda")
+    levels = torch.tensor([0, 2], device="cuda")
+    grad = torch.ones(2, 66, 3, 2, device="cuda")
+
+    def step(rois, levels, grad):
+        out = redet_plugin.ops.roi_pool_multilevel(feats, rois, levels, scales, (3, 2))
+        return (out, *torch.autograd.grad(out, feats, grad))
+
+    for bad_level in (-1, 3):
+        try:
+            step(rois, torch.tensor([0, bad_level], device="cuda"), grad)
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError(f"level {bad_level} was not rejected")
+    graph, _ = capture(step, rois, levels, grad)
+    for bad_level in (-1, 3):
+        levels[1] = bad_level
+        graph.replay()
+    levels[1] = 2
+    torch.cuda.synchronize()
 
 
 if __name__ == "__main__":

@@ -1,15 +1,18 @@
 // RoIPool (Fast R-CNN max pooling, torchvision semantics): the functions registered for its ops
 // (roi_pool.cpp) and the argument checks both backends share.
 // The multi-level op pools RoI k from features[levels[k]] at spatial_scales[levels[k]]. Its argmax
-// indexes the levels' maps laid end to end (level l's pixel h * W_l + w is LevelStarts::pixel[l] +
-// h * W_l + w), so that its backward is the single-level backward onto a (N, C, 1, sum H_l W_l)
-// map, cut into the levels' gradients afterwards.
+// indexes the pixels of every level and image laid end to end, level by level and within a level
+// image by image (pixel h * W_l + w of image n at level l is N * (sum of H_j W_j over j < l) +
+// n * H_l W_l + h * W_l + w), so that its backward is the single-level backward onto one
+// (1, C, 1, N * sum H_l W_l) map: channels-last, each level's slice of it is that level's
+// channels-last gradient as it is, with no copy.
 #pragma once
 #include <tuple>
 #include <vector>
 
 #include "common/checks.h"
 #include "common/feature_levels.h"
+#include "common/macros.h"
 
 namespace redet {
 
@@ -22,9 +25,10 @@ inline void check_roi_pool_forward(const at::Tensor& input, const at::Tensor& ro
   check_positive(spatial_scale, "spatial_scale", op);
 }
 
+// The pixels of every level and image: the multi-level argmax's range.
 inline int64_t total_pixels(at::TensorList features) {
   int64_t total = 0;
-  for (const auto& f : features) total += f.size(2) * f.size(3);
+  for (const auto& f : features) total += f.size(0) * f.size(2) * f.size(3);
   return total;
 }
 
@@ -39,23 +43,32 @@ inline void check_roi_pool_multilevel_forward(at::TensorList features, const at:
   check_spatial_scales(spatial_scales, features.size(), op);
   check_output_size(pooled_h, pooled_w, op);
   TORCH_CHECK(total_pixels(features) < (int64_t(1) << 31), op, ": the levels' maps must hold "
-              "fewer than 2^31 pixels together (H * W summed over levels), got ",
+              "fewer than 2^31 pixels together (N * H * W summed over levels), got ",
               total_pixels(features));
 }
 
-// Where each level's pixels start in the multi-level argmax.
+// Where each level's pixels start in the argmax: RoI k's max at pixel i of image n, level l, is
+// pixel[l] + (per_image ? n * H_l * W_l : 0) + i. The single-level op's: 0 and false (its argmax
+// indexes its image's map).
 struct LevelStarts {
   int pixel[kMaxFeatureLevels];
+  bool per_image;
 };
 
-inline LevelStarts level_starts(at::TensorList features) {
+inline LevelStarts level_starts(at::TensorList features, bool multilevel) {
   LevelStarts starts{};
+  starts.per_image = multilevel;
   int64_t pixel = 0;
   for (size_t l = 0; l < features.size(); ++l) {
     starts.pixel[l] = static_cast<int>(pixel);
-    pixel += features[l].size(2) * features[l].size(3);
+    pixel += features[l].size(0) * features[l].size(2) * features[l].size(3);
   }
   return starts;
+}
+
+REDET_HOST_DEVICE int level_start(const LevelStarts& starts, int level, int64_t image,
+                                         int height, int width) {
+  return starts.pixel[level] + (starts.per_image ? static_cast<int>(image) * height * width : 0);
 }
 
 // The backward op does not check the values of rois and argmax (they come from the forward, which

@@ -112,22 +112,26 @@ class RoIPoolMultilevel : public torch::autograd::Function<RoIPoolMultilevel> {
     bool needed = false;
     for (size_t l = 0; l < heights.size(); ++l) needed = needed || ctx->needs_input_grad(l);
     if (!needed || !grads[0].defined()) return result;
-    c10::SymInt total = 0;
-    for (size_t l = 0; l < heights.size(); ++l) total = total + heights[l] * widths[l];
     const auto batch_size = ctx->saved_data["batch_size"].toSymInt();
     const auto channels = ctx->saved_data["channels"].toSymInt();
+    c10::SymInt total = 0;
+    for (size_t l = 0; l < heights.size(); ++l) total = total + batch_size * heights[l] * widths[l];
     const auto saved = ctx->get_saved_variables();
-    const std::vector<c10::SymInt> end_to_end{batch_size, channels, 1, total};
+    // The argmax indexes one map of all levels and images (roi_pool.h): every RoI is of its image 0.
+    auto rois_of_one_image = saved[0].clone();
+    rois_of_one_image.select(1, 0).zero_();
     const bool channels_last = ctx->saved_data["channels_last"].toBool();
-    const auto all_levels = pool_backward(grads[0], saved[0], saved[1], end_to_end, channels_last);
-    // A level's slice of the end-to-end map strides over the other levels' pixels: each gradient
-    // is made a map of its own, in the features' layout (the convolution that made a level takes
-    // it without another copy; for one channels-last image this copies nothing).
+    const std::vector<c10::SymInt> one_map{1, channels, 1, total};
+    const auto all_levels =
+        pool_backward(grads[0], rois_of_one_image, saved[1], one_map, channels_last);
+    // Level l's slice, (C, N, H_l, W_l) in the map's order, as (N, C, H_l, W_l): channels-last it
+    // is a channels-last map as it is; NCHW it strides over channels, and is copied.
     c10::SymInt start = 0;
     for (size_t l = 0; l < heights.size(); ++l) {
-      const auto end = start + heights[l] * widths[l];
+      const auto end = start + batch_size * heights[l] * widths[l];
       result[l] = all_levels.slice_symint(3, start, end)
-                      .view_symint({batch_size, channels, heights[l], widths[l]})
+                      .view_symint({channels, batch_size, heights[l], widths[l]})
+                      .permute({1, 0, 2, 3})
                       .contiguous(gradient_format(channels_last));
       start = end;
     }

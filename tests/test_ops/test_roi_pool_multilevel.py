@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from redet_plugin.ops import roi_pool, roi_pool_multilevel
-from redet_plugin.testing import channels_last_at_offset
+from redet_plugin.testing import capture, channels_last_at_offset
 from tests._helpers import roi_pool_rois
 from tests.test_ops._reference import roi_pool_reference
 
@@ -26,16 +26,19 @@ def levels_case(seed, dtype=torch.float64, n=2, c=3, k=40, sizes=SIZES, scales=S
 
 
 def per_level(features, rois, levels, scales, output_size):
-    """(output, argmax in the levels' maps laid end to end) of roi_pool called level by level."""
+    """(output, argmax) of roi_pool called level by level, the argmax moved to the pixels of every
+    level and image laid end to end (level-major, then image-major)."""
     output = argmax = None
     start = 0
+    images = rois[:, 0].long()[:, None, None, None]
     for level, (feature, scale) in enumerate(zip(features, scales)):
         out, arg = torch.ops.redet.roi_pool(feature, rois, scale, *output_size)
-        arg = torch.where(arg >= 0, arg + start, arg)
+        plane = feature.shape[2] * feature.shape[3]
+        arg = torch.where(arg >= 0, arg + start + images * plane, arg)
         member = (levels == level)[:, None, None, None]
         output = out if output is None else torch.where(member, out, output)
         argmax = arg if argmax is None else torch.where(member, arg, argmax)
-        start += feature.shape[2] * feature.shape[3]
+        start += feature.shape[0] * plane
     return output, argmax
 
 
@@ -172,3 +175,25 @@ def test_cuda_bad_level_raises_after_the_kernel_ran():
     torch.cuda.synchronize()
     torch.testing.assert_close(roi_pool_multilevel(xs, cuda_rois, levels.cuda(), SCALES, 7).cpu(),
                                roi_pool_multilevel(features, rois, levels, SCALES, 7))
+
+
+@pytest.mark.cuda
+def test_cuda_graph_replay_follows_new_features():
+    features, rois, levels = levels_case(11, torch.float32, c=8)
+    xs = [f.cuda().requires_grad_(True) for f in features]
+    cuda_rois, cuda_levels = rois.cuda(), levels.cuda()
+    grad = torch.randn(rois.shape[0], 8, 7, 7, device="cuda")
+
+    def step():
+        out = roi_pool_multilevel(xs, cuda_rois, cuda_levels, SCALES, 7)
+        return (out, *torch.autograd.grad(out, xs, grad))
+
+    graph, outputs = capture(step)
+    with torch.no_grad():
+        for x in xs:
+            x.copy_(torch.randn_like(x))
+    graph.replay()
+    expected = step()
+    assert torch.equal(outputs[0], expected[0])
+    for got, want in zip(outputs[1:], expected[1:]):  # (atomic sums: any order)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)

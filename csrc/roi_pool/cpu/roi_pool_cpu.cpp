@@ -25,7 +25,7 @@ RoIPoolResult pool_levels(at::TensorList features_, const at::Tensor& rois_,
   auto argmax = at::empty({num_rois, channels, pooled_h, pooled_w},
                           features[0].options().dtype(at::kInt));
   if (output.numel() == 0) return {output, argmax};
-  const LevelStarts starts = level_starts(features);
+  const LevelStarts starts = level_starts(features, levels.defined());
   const int64_t* level_data = levels.defined() ? levels.data_ptr<int64_t>() : nullptr;
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, features[0].scalar_type(), "roi_pool_cpu", [&] {
@@ -50,7 +50,7 @@ RoIPoolResult pool_levels(at::TensorList features_, const at::Tensor& rois_,
             acc_t value;
             const int64_t o = kc * bins + ph * pooled_w + pw;
             const int index = bin_max<scalar_t, acc_t>(plane, width, b, &value);
-            arg[o] = index < 0 ? index : starts.pixel[l] + index;
+            arg[o] = index < 0 ? index : level_start(starts, l, n, height, width) + index;
             out[o] = static_cast<scalar_t>(value);
           }
         }

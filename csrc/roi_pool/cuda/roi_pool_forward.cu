@@ -138,7 +138,8 @@ roi_pool_forward_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> level
     const bool valid_roi = roi_row_image(roi, 5, batch_size, level, levels.count, &n);
     const int l = valid_roi ? static_cast<int>(level) : 0;
     const scalar_t* __restrict__ input = levels.data[l];
-    const int height = levels.height[l], width = levels.width[l], start = starts.pixel[l];
+    const int height = levels.height[l], width = levels.width[l];
+    const int start = level_start(starts, l, n, height, width);
     // pixel i = h * width + w of channel c sits at input[(n * H * W + i) * C + c]
     const int64_t origin = n * height * width * channels + u.chunk_start + first;
     // C is a multiple of kLaneChannels on the vector path: a lane's channels are all valid or none.
@@ -224,7 +225,7 @@ RoIPoolResult pool_levels(at::TensorList features_, const at::Tensor& rois_,
     roi_check.raise_if_bad(op);
     return {output, argmax};
   }
-  const LevelStarts starts = level_starts(features);
+  const LevelStarts starts = level_starts(features, levels.defined());
   const int lane_channels = lane_channels_for(features);
   const int64_t chunk = kWarp * lane_channels;
   const int64_t units = (channels + chunk - 1) / chunk * num_rois * pooled_h *
