@@ -12,7 +12,6 @@
 
 #include "common/checks.h"
 #include "common/feature_levels.h"
-#include "common/macros.h"
 
 namespace redet {
 
@@ -47,28 +46,15 @@ inline void check_roi_pool_multilevel_forward(at::TensorList features, const at:
               total_pixels(features));
 }
 
-// Where each level's pixels start in the argmax: RoI k's max at pixel i of image n, level l, is
-// pixel[l] + (per_image ? n * H_l * W_l : 0) + i. The single-level op's: 0 and false (its argmax
-// indexes its image's map).
-struct LevelStarts {
-  int pixel[kMaxFeatureLevels];
-  bool per_image;
-};
-
-inline LevelStarts level_starts(at::TensorList features, bool multilevel) {
-  LevelStarts starts{};
-  starts.per_image = multilevel;
+// Where each level's pixels start in the multi-level argmax: N * (sum of H_j W_j over j < l).
+inline std::vector<int> level_pixel_starts(at::TensorList features) {
+  std::vector<int> starts;
   int64_t pixel = 0;
-  for (size_t l = 0; l < features.size(); ++l) {
-    starts.pixel[l] = static_cast<int>(pixel);
-    pixel += features[l].size(0) * features[l].size(2) * features[l].size(3);
+  for (const auto& f : features) {
+    starts.push_back(static_cast<int>(pixel));
+    pixel += f.size(0) * f.size(2) * f.size(3);
   }
   return starts;
-}
-
-REDET_HOST_DEVICE int level_start(const LevelStarts& starts, int level, int64_t image,
-                                         int height, int width) {
-  return starts.pixel[level] + (starts.per_image ? static_cast<int>(image) * height * width : 0);
 }
 
 // The backward op does not check the values of rois and argmax (they come from the forward, which

@@ -25,7 +25,8 @@ RoIPoolResult pool_levels(at::TensorList features_, const at::Tensor& rois_,
   auto argmax = at::empty({num_rois, channels, pooled_h, pooled_w},
                           features[0].options().dtype(at::kInt));
   if (output.numel() == 0) return {output, argmax};
-  const LevelStarts starts = level_starts(features, levels.defined());
+  const bool multilevel = levels.defined();
+  const auto starts = level_pixel_starts(features);
   const int64_t* level_data = levels.defined() ? levels.data_ptr<int64_t>() : nullptr;
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, features[0].scalar_type(), "roi_pool_cpu", [&] {
@@ -43,6 +44,8 @@ RoIPoolResult pool_levels(at::TensorList features_, const at::Tensor& rois_,
         const int height = table.height[l], width = table.width[l];
         const int64_t n = static_cast<int64_t>(roi[0]);
         const scalar_t* plane = table.data[l] + (n * channels + c) * height * width;
+        // (roi_pool.h; the single-level argmax indexes its image's map)
+        const int start = multilevel ? starts[l] + static_cast<int>(n) * height * width : 0;
         for (int ph = 0; ph < pooled_h; ++ph) {
           for (int pw = 0; pw < pooled_w; ++pw) {
             const PoolBin b = roi_pool_bin<scalar_t, acc_t>(roi, table.spatial_scale[l], ph, pw,
@@ -50,7 +53,7 @@ RoIPoolResult pool_levels(at::TensorList features_, const at::Tensor& rois_,
             acc_t value;
             const int64_t o = kc * bins + ph * pooled_w + pw;
             const int index = bin_max<scalar_t, acc_t>(plane, width, b, &value);
-            arg[o] = index < 0 ? index : level_start(starts, l, n, height, width) + index;
+            arg[o] = index < 0 ? index : start + index;
             out[o] = static_cast<scalar_t>(value);
           }
         }

@@ -102,7 +102,7 @@ template <typename scalar_t, typename index_t, int kLaneChannels>
 __global__ void
 __launch_bounds__(kWarpsPerBlock * kWarp, min_blocks_per_sm<scalar_t, index_t, kLaneChannels>())
 roi_pool_forward_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> levels,  // NHWC
-                        LevelStarts starts, const int64_t* __restrict__ roi_levels,
+                        bool multilevel, const int64_t* __restrict__ roi_levels,
                         const scalar_t* __restrict__ rois, int64_t num_rois, int64_t batch_size,
                         int channels, int pooled_h, int pooled_w, scalar_t* __restrict__ output,
                         int* __restrict__ argmax) {
@@ -139,7 +139,15 @@ roi_pool_forward_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> level
     const int l = valid_roi ? static_cast<int>(level) : 0;
     const scalar_t* __restrict__ input = levels.data[l];
     const int height = levels.height[l], width = levels.width[l];
-    const int start = level_start(starts, l, n, height, width);
+    // where the level's pixels start in the multi-level argmax (roi_pool.h), summed here: an array
+    // of starts indexed by l would be copied from the parameters to the stack
+    int start = 0;
+    if (multilevel) {
+      for (int j = 0; j < l; ++j) {
+        start += static_cast<int>(batch_size) * levels.height[j] * levels.width[j];
+      }
+      start += static_cast<int>(n) * height * width;
+    }
     // pixel i = h * width + w of channel c sits at input[(n * H * W + i) * C + c]
     const int64_t origin = n * height * width * channels + u.chunk_start + first;
     // C is a multiple of kLaneChannels on the vector path: a lane's channels are all valid or none.
@@ -148,9 +156,9 @@ roi_pool_forward_kernel(FeatureLevels<scalar_t, at::opmath_type<scalar_t>> level
     // the whole warp: in 16-bit types the geometry is ~150 instructions a bin); the bin loop reads
     // it back (a broadcast), holding no registers for it across the loop.
     if (lane < u.bins) {
-      warp_bins[lane] = valid_roi ? roi_pool_bin<scalar_t, acc_t>(roi, levels.spatial_scale[l], u.ph,
-                                                                  u.pw_start + lane, pooled_h,
-                                                                  pooled_w, height, width)
+      warp_bins[lane] = valid_roi ? roi_pool_bin<scalar_t, acc_t>(
+                                        roi, levels.spatial_scale[l], u.ph, u.pw_start + lane,
+                                        pooled_h, pooled_w, height, width)
                                   : PoolBin{0, 0, 0, 0};
     }
     __syncwarp();
@@ -225,7 +233,6 @@ RoIPoolResult pool_levels(at::TensorList features_, const at::Tensor& rois_,
     roi_check.raise_if_bad(op);
     return {output, argmax};
   }
-  const LevelStarts starts = level_starts(features, levels.defined());
   const int lane_channels = lane_channels_for(features);
   const int64_t chunk = kWarp * lane_channels;
   const int64_t units = (channels + chunk - 1) / chunk * num_rois * pooled_h *
@@ -246,7 +253,7 @@ RoIPoolResult pool_levels(at::TensorList features_, const at::Tensor& rois_,
       using index_t = decltype(index_type);
       roi_pool_forward_kernel<scalar_t, index_t, decltype(lanes)::value>
           <<<blocks, kWarpsPerBlock * kWarp, 0, stream>>>(
-              table, starts, level_data, rois.data_ptr<scalar_t>(), num_rois, batch_size,
+              table, levels.defined(), level_data, rois.data_ptr<scalar_t>(), num_rois, batch_size,
               channels, pooled_h, pooled_w, output.data_ptr<scalar_t>(), argmax.data_ptr<int>());
     };
     using One = std::integral_constant<int, 1>;
