@@ -180,7 +180,8 @@ def horizontal_extractor(path, d):
              f"every RoI pooled from its own FPN level in one launch, against the same op pooling "
              f"all RoIs at every level with those of other levels parked (the extractor's way "
              f"for layers without a multi-level kernel) and against mmdet's "
-             f"`SingleRoIExtractor` around mmcv's RoIPool (mmrotate's ReDet). {d['shape']}. "
+             f"`SingleRoIExtractor` around mmcv's RoIPool (mmrotate's ReDet; mmcv places the "
+             f"bins differently, docs/ops.md, so its features are not ours). {d['shape']}. "
              f"Forward includes the choice of level; forward + backward also computes the "
              f"feature gradients.")
     return [intro, table(['case', 'dtype', 'pass', 'one launch (ms)', 'parked levels (ms)',
