@@ -150,14 +150,21 @@ def depth_flow_projection(path, d):
                           'ours fp16 (ms)', 'ours bf16 (ms)', 'ours fp32 unchecked (ms)'], rows)]
 
 
-def rotated_extractor(path, d):
+def extractor_rows(d, ours, peers):
+    """One row per case, dtype and pass: the times of ours and each peer, then its speed-ups."""
     rows = []
     for r in d['results']:
         case = f"{r['case']}: {plural(r['images'], 'image')}, {r['rois']} RoIs"
         for name, key in (('forward', 'forward'), ('forward + backward', 'forward_backward')):
-            fused, loop, mmcv = (r.get(f'{who}_{key}_ms') for who in ('fused', 'loop', 'mmcv_loop'))
-            rows.append([case, r['dtype'], name, num(fused), num(loop), num(mmcv),
-                         ratio(loop, fused), ratio(mmcv, fused)])
+            mine = r.get(f'{ours}_{key}_ms')
+            theirs = [r.get(f'{peer}_{key}_ms') for peer in peers]
+            rows.append([case, r['dtype'], name, num(mine), *map(num, theirs),
+                         *(ratio(t, mine) for t in theirs)])
+    return rows
+
+
+def rotated_extractor(path, d):
+    rows = extractor_rows(d, 'fused', ('loop', 'mmcv_loop'))
     intro = (f"`RedetRotatedSingleRoIExtractor` with `RedetRiRoIAlignRotated`: all FPN levels in "
              f"one fused launch, against the per-level loop over the same op (`fused=False`) and "
              f"against mmrotate's way, the loop around mmcv's RiRoIAlignRotated. {d['shape']}. "
@@ -168,14 +175,7 @@ def rotated_extractor(path, d):
 
 
 def horizontal_extractor(path, d):
-    rows = []
-    for r in d['results']:
-        case = f"{r['case']}: {plural(r['images'], 'image')}, {r['rois']} RoIs"
-        for name, key in (('forward', 'forward'), ('forward + backward', 'forward_backward')):
-            fused, parked, mmdet = (r.get(f'{who}_{key}_ms')
-                                    for who in ('fused', 'parked', 'mmdet_mmcv'))
-            rows.append([case, r['dtype'], name, num(fused), num(parked), num(mmdet),
-                         ratio(parked, fused), ratio(mmdet, fused)])
+    rows = extractor_rows(d, 'fused', ('parked', 'mmdet_mmcv'))
     intro = (f"`RedetHorizontalSingleRoIExtractor` with `RedetRoIPool` (ReDet's first stage): "
              f"every RoI pooled from its own FPN level in one launch, against the same op pooling "
              f"all RoIs at every level with those of other levels parked (the extractor's way "

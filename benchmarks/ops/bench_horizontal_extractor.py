@@ -11,28 +11,21 @@ RoIs, centres uniform in the image, aspect in [0.5, 2]. Forward = the extractor'
 choice included); forward+backward also computes the feature gradients.
 Usage (repo root): python -m benchmarks.ops.bench_horizontal_extractor --out horizontal_extractor_h200.json
 """
-import argparse
-import math
-
 import torch
 
 from benchmarks._timing import dtype_name, environment, require_cuda, time_cuda, write_json
+from benchmarks.ops._extractor_inputs import (CASES, CHANNELS, DTYPES, IMAGE, add_speedups,
+                                              maps_and_boxes, parse_args)
 
-IMAGE, STRIDES, CHANNELS = 1024, [4, 8, 16, 32], 256
+STRIDES = [4, 8, 16, 32]
 
 
 def make_inputs(num_images, num_rois, dtype, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    feats = [torch.randn(num_images, CHANNELS, IMAGE // s, IMAGE // s, device="cuda",
-                         generator=g).to(dtype) for s in STRIDES]
-    size = torch.exp(torch.empty(num_rois, device="cuda").uniform_(
-        math.log(16), math.log(1024), generator=g))
-    aspect = torch.empty(num_rois, device="cuda").uniform_(0.5, 2.0, generator=g).sqrt()
-    centre = torch.rand(num_rois, 2, device="cuda", generator=g) * IMAGE
-    half = torch.stack([size * aspect, size / aspect], 1) / 2
-    batch = (torch.arange(num_rois, device="cuda") % num_images).float()[:, None]
-    rois = torch.cat([batch, (centre - half).clamp(0, IMAGE), (centre + half).clamp(0, IMAGE)], 1)
-    return feats, rois.to(dtype)
+    feats, (index, centre, w, h), _ = maps_and_boxes(num_images, num_rois, STRIDES, seed)
+    half = torch.stack([w, h], 1) / 2
+    rois = torch.cat([index[:, None], (centre - half).clamp(0, IMAGE),
+                      (centre + half).clamp(0, IMAGE)], 1)
+    return [f.to(dtype) for f in feats], rois.to(dtype)
 
 
 def extractors():
@@ -74,22 +67,14 @@ def bench_case(name, num_images, num_rois, dtype, repeats):
         if peer in outputs and "fused" in outputs:
             row[f"max_abs_diff_fused_vs_{peer}"] = float((outputs["fused"] - outputs[peer])
                                                          .abs().max())
-        for what in ("forward", "forward_backward"):
-            if f"{peer}_{what}_ms" in row and f"fused_{what}_ms" in row:
-                row[f"speedup_{what}_fused_vs_{peer}"] = (row[f"{peer}_{what}_ms"]
-                                                          / row[f"fused_{what}_ms"])
+    add_speedups(row, "fused", ("parked", "mmdet_mmcv"))
     return row
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--repeats", type=int, default=60)
-    args = parser.parse_args()
+    args = parse_args()
     require_cuda("bench_horizontal_extractor")
-    rows = [bench_case(name, n, k, dtype, args.repeats)
-            for dtype in (torch.float32, torch.float16)
-            for name, n, k in (("train", 2, 1024), ("test", 1, 2000))]
+    rows = [bench_case(name, n, k, dtype, args.repeats) for dtype in DTYPES for name, n, k in CASES]
     write_json(args.out, dict(
         what="HorizontalSingleRoIExtractor: RoIPool over all levels in one launch vs the parked "
              "per-level calls, and mmdet's SingleRoIExtractor with mmcv's RoIPool",

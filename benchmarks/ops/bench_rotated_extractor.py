@@ -10,33 +10,27 @@ Forward = the extractor's forward (level choice included); forward+backward also
 feature gradients (torch.autograd.grad, no accumulation); `*_host_us`: the host's time per call
 of calls back to back (no flush).
 Usage (repo root): python -m benchmarks.ops.bench_rotated_extractor --out rotated_extractor_h200.json"""
-import argparse
 import math
 
 import torch
 
 from benchmarks._timing import (back_to_back_us, dtype_name, environment, require_cuda, time_cuda,
                                 write_json)
+from benchmarks.ops._extractor_inputs import (CASES, CHANNELS, DTYPES, IMAGE, add_speedups,
+                                              maps_and_boxes, parse_args)
 from redet_plugin.models.roi_heads.roi_extractors import RotatedSingleRoIExtractor
 from redet_plugin.ops import RiRoIAlignRotated
 
-IMAGE, STRIDES, CHANNELS = 1024, [4, 8, 16, 32, 64], 256
+STRIDES = [4, 8, 16, 32, 64]
 LAYER = dict(output_size=7, num_samples=2, num_orientations=8, clockwise=True)
 GOAL = 2.0
 
 
 def make_inputs(num_images, num_rois, dtype, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    feats = [torch.randn(num_images, CHANNELS, IMAGE // s, IMAGE // s, device="cuda",
-                         generator=g).to(dtype) for s in STRIDES]
-    size = torch.exp(torch.empty(num_rois, device="cuda").uniform_(
-        math.log(16), math.log(1024), generator=g))
-    aspect = torch.empty(num_rois, device="cuda").uniform_(0.5, 2.0, generator=g).sqrt()
-    centre = torch.rand(num_rois, 2, device="cuda", generator=g) * IMAGE
+    feats, (index, centre, w, h), g = maps_and_boxes(num_images, num_rois, STRIDES, seed)
     theta = (torch.rand(num_rois, device="cuda", generator=g) * 2 - 1) * math.pi
-    batch = (torch.arange(num_rois, device="cuda") % num_images).float()
-    rois = torch.stack([batch, centre[:, 0], centre[:, 1], size * aspect, size / aspect, theta], 1)
-    return feats, rois.to(dtype)
+    rois = torch.stack([index, centre[:, 0], centre[:, 1], w, h, theta], 1)
+    return [f.to(dtype) for f in feats], rois.to(dtype)
 
 
 def extractors():
@@ -95,11 +89,7 @@ def bench_case(name, num_images, num_rois, dtype, repeats):
         elif label == "loop" and fused_out is not None:
             row["max_abs_diff_fused_vs_loop"] = float((fused_out - out).abs().max())
     row.update(ops_only_forward(feats, rois, repeats))
-    for peer in ("loop", "mmcv_loop"):
-        for what in ("forward", "forward_backward"):
-            if f"{peer}_{what}_ms" in row and f"fused_{what}_ms" in row:
-                row[f"speedup_{what}_fused_vs_{peer}"] = (row[f"{peer}_{what}_ms"]
-                                                          / row[f"fused_{what}_ms"])
+    add_speedups(row, "fused", ("loop", "mmcv_loop"))
     row["goal_met"] = all(row.get(f"speedup_{w}_fused_vs_loop", 0) >= GOAL
                           for w in ("forward", "forward_backward"))
     return row
@@ -119,15 +109,10 @@ def goals(rows):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--repeats", type=int, default=60)
-    args = parser.parse_args()
+    args = parse_args()
     require_cuda("bench_rotated_extractor")
     torch.backends.cudnn.benchmark = False
-    rows = [bench_case(name, n, k, dtype, args.repeats)
-            for dtype in (torch.float32, torch.float16)
-            for name, n, k in (("train", 2, 1024), ("test", 1, 2000))]
+    rows = [bench_case(name, n, k, dtype, args.repeats) for dtype in DTYPES for name, n, k in CASES]
     write_json(args.out, dict(
         what="RotatedSingleRoIExtractor: fused multi-level RiRoIAlignRotated vs per-level loop",
         environment=environment(), goal=f"fused >= {GOAL}x faster than the loop",

@@ -69,6 +69,17 @@ def require_one_device(op: str, **tensors: torch.Tensor) -> None:
                              f"({first.device}), got {tensor.device}")
 
 
+def check_levels_fake(op: str, features, rois: torch.Tensor, levels: torch.Tensor,
+                      ncols: int) -> None:
+    """For the multi-level ops' fake kernels: features non-empty, every tensor on one device,
+    rois (K, ncols)."""
+    torch._check(len(features) > 0, lambda: f"{op}: features must not be empty")
+    require_one_device(op, **{f"features[{i}]": f for i, f in enumerate(features)}, rois=rois,
+                       levels=levels)
+    torch._check(rois.dim() == 2 and rois.shape[1] == ncols,
+                 lambda: f"{op}: rois must be (K, {ncols})")
+
+
 def empty_gradient(like: torch.Tensor, shape, channels_last: bool) -> torch.Tensor:
     """For the backward ops' fake kernels: an input gradient of `shape` with like's dtype and
     device, in the layout the kernels write (channels-last when asked)."""

@@ -35,8 +35,9 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import (as_float, as_int, empty_gradient, level_arguments, output_size_pair,
-                      require_one_device, require_tensors, rois_with_batch_index)
+from ._common import (as_float, as_int, check_levels_fake, empty_gradient, level_arguments,
+                      output_size_pair, require_one_device, require_tensors,
+                      rois_with_batch_index)
 
 OP = "riroi_align_rotated"
 MULTI_OP = "riroi_align_rotated_multilevel"
@@ -60,11 +61,7 @@ if _ext.is_loaded():
     @torch.library.register_fake("redet::riroi_align_rotated_multilevel")
     def _multilevel_fake(features, rois, levels, spatial_scales, output_height, output_width,
                          num_samples, num_orientations, clockwise, legacy_orientation):
-        torch._check(len(features) > 0, lambda: f"{MULTI_OP}: features must not be empty")
-        require_one_device(MULTI_OP, **{f"features[{i}]": f for i, f in enumerate(features)},
-                           rois=rois, levels=levels)
-        torch._check(rois.dim() == 2 and rois.shape[1] == 6,
-                     lambda: f"{MULTI_OP}: rois must be (K, 6)")
+        check_levels_fake(MULTI_OP, features, rois, levels, 6)
         first = features[0]
         return first.new_empty((rois.shape[0], first.shape[1], output_height, output_width))
 

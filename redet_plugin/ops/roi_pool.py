@@ -25,8 +25,9 @@ import torch
 from torch import nn
 
 from .. import _ext
-from ._common import (as_float, empty_gradient, level_arguments, output_size_pair,
-                      require_one_device, require_tensors, rois_with_batch_index)
+from ._common import (as_float, check_levels_fake, empty_gradient, level_arguments,
+                      output_size_pair, require_one_device, require_tensors,
+                      rois_with_batch_index)
 
 OP = "roi_pool"
 MULTI_OP = "roi_pool_multilevel"
@@ -42,11 +43,7 @@ if _ext.is_loaded():
     @torch.library.register_fake("redet::roi_pool_multilevel")
     def _roi_pool_multilevel_fake(features, rois, levels, spatial_scales, pooled_height,
                                   pooled_width):
-        torch._check(len(features) > 0, lambda: f"{MULTI_OP}: features must not be empty")
-        require_one_device(MULTI_OP, **{f"features[{i}]": f for i, f in enumerate(features)},
-                           rois=rois, levels=levels)
-        torch._check(rois.dim() == 2 and rois.shape[1] == 5,
-                     lambda: f"{MULTI_OP}: rois must be (K, 5)")
+        check_levels_fake(MULTI_OP, features, rois, levels, 5)
         first = features[0]
         shape = (rois.shape[0], first.shape[1], pooled_height, pooled_width)
         return first.new_empty(shape), first.new_empty(shape, dtype=torch.int32)
