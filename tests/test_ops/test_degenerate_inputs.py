@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from redet_plugin.ops import (depth_flow_projection, riroi_align_rotated,
-                              riroi_align_rotated_multilevel, roi_pool)
+                              riroi_align_rotated_multilevel, roi_pool, roi_pool_multilevel)
 
 RIROI_ROI = torch.tensor([[0, 2., 2., 3., 3., 0.3]])
 POOL_ROI = torch.tensor([[0, 0., 0., 3., 3.]])
@@ -20,6 +20,8 @@ def test_empty_maps_are_named(shape):
     features = [torch.randn(1, 8, 6, 6), torch.randn(shape)]
     with pytest.raises(RuntimeError, match=r"features\[1\] must be at least 1 x 1"):
         riroi_align_rotated_multilevel(features, RIROI_ROI, torch.tensor([1]), [1.0, 0.5], 2)
+    with pytest.raises(RuntimeError, match=r"features\[1\] must be at least 1 x 1"):
+        roi_pool_multilevel(features, POOL_ROI, torch.tensor([1]), [1.0, 0.5], 2)
 
 
 @pytest.mark.parametrize("dtype, roi_size, scale", [

@@ -197,3 +197,27 @@ def test_cuda_graph_replay_follows_new_features():
     assert torch.equal(outputs[0], expected[0])
     for got, want in zip(outputs[1:], expected[1:]):  # (atomic sums: any order)
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.cuda
+def test_cuda_bad_level_in_a_graph_pools_zeros_and_passes_no_gradient():
+    """A replay checks nothing: the kernels' guards skip the row."""
+    features, rois, levels = levels_case(12, torch.float64, c=4, k=6)
+    xs = [f.cuda().requires_grad_(True) for f in features]
+    cuda_rois, cuda_levels = rois.cuda(), levels.cuda()
+    grad = torch.randn(6, 4, 7, 7, dtype=torch.float64, device="cuda")
+
+    def step(levels, grad):
+        out = roi_pool_multilevel(xs, cuda_rois, levels, SCALES, 7)
+        return (out, *torch.autograd.grad(out, xs, grad))
+
+    graph, outputs = capture(step, cuda_levels, grad)
+    cuda_levels[1] = len(SIZES)
+    graph.replay()
+    without_row = grad.clone()
+    without_row[1] = 0
+    expected = step(levels.cuda(), without_row)
+    assert outputs[0][1].eq(0).all()
+    torch.testing.assert_close(outputs[0][[0, 2, 3, 4, 5]], expected[0][[0, 2, 3, 4, 5]])
+    for got, want in zip(outputs[1:], expected[1:]):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
