@@ -1,4 +1,5 @@
-// RoIPool's forward on CUDA (the backward: roi_pool_backward.cu).
+// RoIPool's forward on CUDA (the backward: roi_pool_backward.cu), of one map or of several (an
+// FPN's levels, roi_pool_multilevel): each RoI reads its own level's map from a table of them.
 //
 // Forward: a channels-last gather. Max pooling reads every pixel of a bin once per channel. On an
 // (N, C, H, W) map the lanes of a warp read pixels of different bins or planes (scattered
