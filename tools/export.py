@@ -18,9 +18,12 @@ import os.path as osp
 import sys
 import time
 
-from mmengine.config import DictAction
+from redet_plugin.utils.transformers_hidden import transformers_hidden
 
-from redet_plugin.engine.cli import fail
+with transformers_hidden(sys.argv[1:] if __name__ == '__main__' else None):
+    from mmengine.config import DictAction
+
+    from redet_plugin.engine.cli import fail
 
 
 def parse_args(argv=None):

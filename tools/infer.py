@@ -18,9 +18,12 @@ import os
 import os.path as osp
 import sys
 
-from mmengine.config import DictAction
+from redet_plugin.utils.transformers_hidden import transformers_hidden
 
-from redet_plugin.engine.cli import fail
+with transformers_hidden(sys.argv[1:] if __name__ == '__main__' else None):
+    from mmengine.config import DictAction
+
+    from redet_plugin.engine.cli import fail
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg', '.tif', '.tiff', '.bmp', '.ppm', '.pgm', '.webp')
 

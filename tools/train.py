@@ -5,15 +5,19 @@
 """
 import argparse
 import os.path as osp
+import sys
 
-from mmengine.config import Config
-from mmengine.runner import Runner, find_latest_checkpoint
+from redet_plugin.utils.transformers_hidden import transformers_hidden
 
-from redet_plugin.engine.cli import (add_runner_args, check_classes, check_data_folders,
-                                     checked_checkpoint_load, data_errors_in_one_line, fail,
-                                     gpu_available, load_config, parse_runner_args,
-                                     training_stops_in_one_line)
-from redet_plugin.engine.cpu_distributed import end_distributed, setup_cpu_distributed
+with transformers_hidden(sys.argv[1:] if __name__ == '__main__' else None):
+    from mmengine.config import Config
+    from mmengine.runner import Runner, find_latest_checkpoint
+
+    from redet_plugin.engine.cli import (add_runner_args, check_classes, check_data_folders,
+                                         checked_checkpoint_load, data_errors_in_one_line, fail,
+                                         gpu_available, load_config, parse_runner_args,
+                                         training_stops_in_one_line)
+    from redet_plugin.engine.cpu_distributed import end_distributed, setup_cpu_distributed
 
 
 def parse_args(argv=None):
