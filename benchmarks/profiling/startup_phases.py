@@ -13,7 +13,6 @@ DOTA-format set of 1024² images is generated first (not timed). --cpu: the tiny
 96² images, to check the script on a machine without a GPU.
 """
 import argparse
-import importlib.util
 import json
 import os.path as osp
 import subprocess
@@ -43,11 +42,9 @@ def _child(tool: str, marks_file: str, steps: int, launched: float, argv: list) 
 
     import torch
     mark('import torch')
-    if importlib.util.find_spec('transformers') is not None:
-        # mmengine.optim imports it, when installed, to register its optimizers: a phase of its own
-        import transformers.optimization  # noqa: F401
-        mark('import transformers (installed here: mmengine registers its optimizers)')
-    import redet_plugin.mm  # noqa: F401
+    from redet_plugin.utils.transformers_hidden import transformers_hidden
+    with transformers_hidden(argv):  # as the tool imports the stack
+        import redet_plugin.mm  # noqa: F401
     mark('import redet_plugin.mm (mmengine, mmdet, mmcv, e2cnn)')
     sys.path.insert(0, ROOT)
     main = __import__(f'tools.{tool}', fromlist=['main']).main

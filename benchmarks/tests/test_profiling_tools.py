@@ -193,12 +193,11 @@ def test_a_run_is_kept_before_each_of_its_tests(monkeypatch, tmp_path):
 
 def test_startup_phases_runs_both_tools_to_their_first_steps(tmp_path, monkeypatch):
     """Each tool in a fresh process, its phases in order, every phase reached; an installed
-    transformers (here a stand-in without optimizers) is imported as a phase of its own."""
+    transformers (here a stand-in that leaves a mark) is not imported, as by the tools."""
     from benchmarks.profiling import startup_phases
     stand_in = tmp_path / 'site' / 'transformers'
     stand_in.mkdir(parents=True)
-    (stand_in / '__init__.py').write_text('')
-    (stand_in / 'optimization.py').write_text('')
+    (stand_in / '__init__.py').write_text(f'open({str(tmp_path / "imported")!r}, "w").close()\n')
     monkeypatch.setenv('PYTHONPATH', os.pathsep.join(
         [str(tmp_path / 'site'), *filter(None, [os.environ.get('PYTHONPATH')])]))
     out = tmp_path / 'startup.json'
@@ -208,9 +207,10 @@ def test_startup_phases_runs_both_tools_to_their_first_steps(tmp_path, monkeypat
         phases = [row['phase'] for row in run['phases']]
         assert phases[0].startswith('python started') and phases[-1] == f'2 {step}s done'
         assert f'first {step} done (warm-up, captures)' in phases
-        assert phases[2].startswith('import transformers (installed here')
+        assert phases[2].startswith('import redet_plugin.mm')
         since_start = [row['since_start'] for row in run['phases']]
         assert since_start == sorted(since_start) and run['total_s'] == since_start[-1]
+    assert not (tmp_path / 'imported').exists()
     assert 'backbone and neck made plain convolutions' in [
         row['phase'] for row in result['runs'][1]['phases']]
 
