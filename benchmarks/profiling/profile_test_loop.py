@@ -1,0 +1,201 @@
+"""Where the main process of tools/test.py spends each image: waiting for the data loader, in the
+model's test_step (preprocessing and launching the forward), reading the previous image's
+detections back (the wait for the GPU and the cut), in the evaluator and in the per-image hooks.
+
+    python -m benchmarks.profiling.profile_test_loop [--config CONFIG] [--checkpoint CKPT]
+        [--images 60] [--warmup 10] [--out test_loop.json] [--cpu] [-- tools/test.py options]
+
+tools/test.py runs in this process as users run it (its main(), the config's loader and hooks),
+with each part wrapped by a timer; the parts nest as the loop calls them (the evaluator and the
+hooks run inside the read-back), and each is reported without the parts inside it. The first
+--warmup test steps (captures, workers starting) are not counted. cProfile's view of the same images
+(the functions with the most time of their own) comes beside it. Without --checkpoint the
+config's initial weights are tested (an untrained head keeps many boxes: the evaluator sees more
+than with trained weights). Without a data root in the options, a synthetic DOTA-format set is
+generated first (not timed). --cpu: the tiny config on 96² images, to check the script on a
+machine without a GPU.
+"""
+import argparse
+import cProfile
+import functools
+import io
+import json
+import os.path as osp
+import pstats
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+PARTS = ('loader wait', 'test_step (preprocess, launch)', 'read-back (GPU wait, cut)',
+         'evaluator.process', 'per-image hooks')
+
+
+class _Timers:
+    """Time of each part, its nested parts' time taken out, counted from the test_step numbered
+    `start` + 1 on."""
+
+    def __init__(self, start: int):
+        self.start, self.steps, self.images, self.begun = start, 0, 0, None
+        self.own = defaultdict(float)
+        self.stack = []
+        self.profile = cProfile.Profile()
+
+    def counting(self) -> bool:
+        return self.steps > self.start
+
+    def wrap(self, part: str, fn):
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            if part == PARTS[1]:
+                self.steps += 1
+                if self.steps == self.start + 1:
+                    self.begun = time.perf_counter()
+                    self.profile.enable()
+                if self.counting():
+                    self.images += len(args[0]['inputs'])
+            self.stack.append(0.0)
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                total = time.perf_counter() - t0
+                inner = self.stack.pop()
+                if self.stack:
+                    self.stack[-1] += total
+                if self.counting():
+                    self.own[part] += total - inner
+        return timed
+
+    def finish(self) -> float:
+        self.profile.disable()
+        if self.begun is None:
+            raise SystemExit(f'only {self.steps} test steps: more than --warmup {self.start} '
+                             'are needed')
+        return time.perf_counter() - self.begun
+
+
+def _profile_rows(profile: cProfile.Profile, images: int, key: str, top: int = 25) -> list:
+    stats = pstats.Stats(profile, stream=io.StringIO())
+    rows = []
+    for (file, line, name), (_, calls, own, cumulative, _) in stats.stats.items():
+        rows.append(dict(function=f'{osp.relpath(file, ROOT) if file.startswith(ROOT) else file}'
+                                  f':{line}({name})',
+                         calls_per_image=round(calls / images, 2),
+                         own_ms=round(own * 1e3 / images, 3),
+                         cumulative_ms=round(cumulative * 1e3 / images, 3)))
+    return sorted(rows, key=lambda row: -row[key])[:top]
+
+
+def run_tool(argv: list, warmup: int) -> dict:
+    """tools/test.py main(argv) with its parts timed from test step warmup + 1 on."""
+    import torch
+    from redet_plugin.utils.transformers_hidden import transformers_hidden
+    with transformers_hidden(argv):
+        import redet_plugin.mm  # noqa: F401
+    sys.path.insert(0, ROOT)
+    from mmengine.evaluator import Evaluator
+    from mmengine.runner import Runner
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    from redet_plugin.structures.padded_results import PendingOutputs
+    from tools.test import main
+
+    timers = _Timers(warmup)
+    patched = [(_BaseDataLoaderIter, '__next__', PARTS[0]), (PendingOutputs, 'read', PARTS[2]),
+               (Evaluator, 'process', PARTS[3])]
+    originals = [(cls, name, getattr(cls, name)) for cls, name, _ in patched]
+    run_test, call_hook = Runner.test, Runner.call_hook
+
+    def timed_test(self):
+        self.model.test_step = timers.wrap(PARTS[1], self.model.test_step)
+        return run_test(self)
+
+    timed_hook = timers.wrap(PARTS[4], call_hook)
+
+    def hook(self, fn_name, **kwargs):
+        fn = timed_hook if fn_name.endswith('_test_iter') else call_hook
+        return fn(self, fn_name, **kwargs)
+
+    try:
+        for cls, name, part in patched:
+            setattr(cls, name, timers.wrap(part, getattr(cls, name)))
+        Runner.test, Runner.call_hook = timed_test, hook
+        main(argv)
+    finally:
+        for cls, name, fn in originals:
+            setattr(cls, name, fn)
+        Runner.test, Runner.call_hook = run_test, call_hook
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    # (the last image's read-back and the metric come after the last test_step: in the wall time)
+    wall = timers.finish()
+    images = timers.images
+    parts = {part: round(timers.own[part] * 1e3 / images, 3) for part in PARTS}
+    per_image = wall * 1e3 / images
+    parts['other (the loop, the metric at the end)'] = round(per_image - sum(parts.values()), 3)
+    return dict(images=images, ms_per_image=round(per_image, 3), parts_ms=parts,
+                loader_wait_share=round(parts[PARTS[0]] / per_image, 3),
+                profile_own=_profile_rows(timers.profile, images, 'own_ms'),
+                profile_cumulative=_profile_rows(timers.profile, images, 'cumulative_ms'))
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    tool_options = argv[argv.index('--') + 1:] if '--' in argv else []
+    argv = argv[:argv.index('--')] if '--' in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--config', default=None)
+    parser.add_argument('--checkpoint', default=None)
+    parser.add_argument('--images', type=int, default=60)
+    parser.add_argument('--warmup', type=int, default=10)
+    parser.add_argument('--out', default=None)
+    parser.add_argument('--cpu', action='store_true')
+    args = parser.parse_args(argv)
+    from benchmarks.profiling.startup_phases import R50, TINY, _data_options
+    config = args.config or (TINY if args.cpu else R50)
+    work = tempfile.mkdtemp(prefix='test_loop_')
+    options = []
+    if not any('data_root' in option for option in tool_options):
+        from redet_plugin.datasets.synthetic import ensure_synthetic_dota
+        data_root = osp.join(work, 'data') + '/'
+        ensure_synthetic_dota(data_root, num_train=0, num_val=args.images,
+                              image_size=96 if args.cpu else 1024, seed=0, progress=False)
+        options += _data_options(data_root)
+    if args.cpu:
+        # (the tiny config's data set generates itself unless it finds these parameters' set)
+        synthetic = 'test_dataloader.dataset.synthetic'
+        options += ['test_dataloader.batch_size=1', 'test_dataloader.num_workers=0', 'test_dataloader.persistent_workers=False',
+                    f'{synthetic}.image_size=96', f'{synthetic}.num_train=0',
+                    f'{synthetic}.num_val={args.images}']
+    checkpoint = args.checkpoint
+    if checkpoint is None:
+        from benchmarks._initial_checkpoint import save_initial_checkpoint
+        checkpoint = osp.join(work, 'initial.pth')
+        save_initial_checkpoint(config, checkpoint)
+    tool_argv = [config, checkpoint, '--work-dir', osp.join(work, 'test'), *tool_options]
+    if options:
+        tool_argv += ['--cfg-options', *options] if '--cfg-options' not in tool_argv else options
+    result = run_tool(tool_argv, args.warmup)
+    import torch
+
+    from benchmarks.detector.bench_detector_vs_mmrotate import environment
+    result = dict(what=__doc__.splitlines()[0], config=osp.relpath(config, ROOT),
+                  checkpoint=args.checkpoint or 'initial weights', tool_argv=tool_argv[3:],
+                  warmup=args.warmup, environment=environment(torch.cuda.device_count()),
+                  **result)
+    if args.out:
+        with open(args.out, 'w') as f:
+            json.dump(result, f, indent=1)
+    print(f"{result['ms_per_image']:.2f} ms / image over {result['images']} images")
+    for part, ms in result['parts_ms'].items():
+        print(f'  {ms:8.3f} ms  {part}')
+    for row in result['profile_own'][:15]:
+        print(f"  {row['own_ms']:8.3f} ms own  {row['calls_per_image']:7.1f} calls  "
+              f"{row['function']}")
+    return result
+
+
+if __name__ == '__main__':
+    main()
