@@ -608,6 +608,25 @@ def startup(path, d):
     return parts
 
 
+def test_loop(path, d):
+    flags = ' '.join(option for option in d['tool_argv'] if option.startswith('--') and
+                     option not in ('--work-dir', '--cfg-options'))
+    rows = [[part, num(ms), f"{100 * ms / d['ms_per_image']:.0f}%"]
+            for part, ms in d['parts_ms'].items()]
+    functions = [[f"`{row['function']}`", num(row['own_ms']), num(row['calls_per_image'])]
+                 for row in d['profile_own'][:10]]
+    return [f"`tools/test.py {d['config']}` {flags}(the config's loader, hooks and evaluator; "
+            f"{d['checkpoint']}), {d['images']} images after {d['warmup']} unmeasured test "
+            f"steps: the main process's time per image by what it is doing. A part nested in "
+            f"another (the evaluator and the hooks run inside the read-back of the image before) "
+            f"counts in its own row only.",
+            f"{num(d['ms_per_image'])} ms / image; the loader's wait is "
+            f"{100 * d['loader_wait_share']:.0f}% of it.",
+            table(['part', 'ms / image', 'share'], rows),
+            "The functions with the most time of their own (cProfile, the same images):",
+            table(['function', 'ms / image', 'calls / image'], functions)]
+
+
 PACKAGE_RUNS = {
     'test_step': "the model as `tools/test.py` and `tools/infer.py` run it (the config's defaults)",
     'program': 'the exported program (`tools/export.py`)',
@@ -698,6 +717,8 @@ SECTIONS = [
      multi_gpu),
     ('Huge images by patches', 'huge_image', 'benchmarks/detector/bench_huge_image.py',
      huge_image),
+    ('Where tools/test.py spends each image', 'test_loop',
+     'benchmarks/profiling/profile_test_loop.py', test_loop),
     ('Start-up of the tools', 'startup', 'benchmarks/profiling/startup_phases.py', startup),
     ('The exported model', 'compiled_package', 'benchmarks/deploy/bench_compiled_package.py',
      compiled_package),

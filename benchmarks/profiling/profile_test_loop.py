@@ -76,12 +76,18 @@ class _Timers:
         return time.perf_counter() - self.begun
 
 
+def _short(file: str) -> str:
+    """A source file named from the project's root or from its installed package's folder."""
+    if 'site-packages/' in file:
+        return file.split('site-packages/')[-1]
+    return osp.relpath(file, ROOT) if file.startswith(ROOT) else file
+
+
 def _profile_rows(profile: cProfile.Profile, images: int, key: str, top: int = 25) -> list:
     stats = pstats.Stats(profile, stream=io.StringIO())
     rows = []
     for (file, line, name), (_, calls, own, cumulative, _) in stats.stats.items():
-        rows.append(dict(function=f'{osp.relpath(file, ROOT) if file.startswith(ROOT) else file}'
-                                  f':{line}({name})',
+        rows.append(dict(function=f'{_short(file)}:{line}({name})',
                          calls_per_image=round(calls / images, 2),
                          own_ms=round(own * 1e3 / images, 3),
                          cumulative_ms=round(cumulative * 1e3 / images, 3)))
