@@ -4,6 +4,8 @@
 #include <ATen/Parallel.h>
 #include <ATen/OpMathType.h>
 
+#include <vector>
+
 #include "common/roi_rows.h"
 #include "roi_pool/roi_pool.h"
 #include "roi_pool/roi_pool_math.h"
@@ -37,25 +39,32 @@ RoIPoolResult pool_levels(at::TensorList features_, const at::Tensor& rois_,
     int* arg = argmax.data_ptr<int>();
     const int64_t bins = pooled_h * pooled_w;
     at::parallel_for(0, num_rois * channels, 1, [&](int64_t begin, int64_t end) {
+      // A RoI's bins are the same in every channel, and a thread's planes come RoI by RoI: they
+      // are computed once per RoI (per bin and channel, they took most of the time).
+      std::vector<PoolBin> roi_bins(bins);
+      int64_t bins_of = -1;
       for (int64_t kc = begin; kc < end; ++kc) {
         const int64_t k = kc / channels, c = kc % channels;
         const scalar_t* roi = roi_data + k * 5;
         const int l = level_data ? static_cast<int>(level_data[k]) : 0;
         const int height = table.height[l], width = table.width[l];
+        if (k != bins_of) {
+          for (int ph = 0; ph < pooled_h; ++ph)
+            for (int pw = 0; pw < pooled_w; ++pw)
+              roi_bins[ph * pooled_w + pw] = roi_pool_bin<scalar_t, acc_t>(
+                  roi, table.spatial_scale[l], ph, pw, pooled_h, pooled_w, height, width);
+          bins_of = k;
+        }
         const int64_t n = static_cast<int64_t>(roi[0]);
         const scalar_t* plane = table.data[l] + (n * channels + c) * height * width;
         // (roi_pool.h; the single-level argmax indexes its image's map)
         const int start = multilevel ? starts[l] + static_cast<int>(n) * height * width : 0;
-        for (int ph = 0; ph < pooled_h; ++ph) {
-          for (int pw = 0; pw < pooled_w; ++pw) {
-            const PoolBin b = roi_pool_bin<scalar_t, acc_t>(roi, table.spatial_scale[l], ph, pw,
-                                                            pooled_h, pooled_w, height, width);
-            acc_t value;
-            const int64_t o = kc * bins + ph * pooled_w + pw;
-            const int index = bin_max<scalar_t, acc_t>(plane, width, b, &value);
-            arg[o] = index < 0 ? index : start + index;
-            out[o] = static_cast<scalar_t>(value);
-          }
+        for (int64_t i = 0; i < bins; ++i) {
+          acc_t value;
+          const int64_t o = kc * bins + i;
+          const int index = bin_max<scalar_t, acc_t>(plane, width, roi_bins[i], &value);
+          arg[o] = index < 0 ? index : start + index;
+          out[o] = static_cast<scalar_t>(value);
         }
       }
     });
