@@ -619,7 +619,10 @@ def test_loop(path, d):
             f"{d['checkpoint']}), {d['images']} images after {d['warmup']} unmeasured test "
             f"steps: the main process's time per image by what it is doing. A part nested in "
             f"another (the evaluator and the hooks run inside the read-back of the image before) "
-            f"counts in its own row only.",
+            f"counts in its own row only." + (
+                " An untrained head keeps many boxes in every image (up to the test's limit), so "
+                "the evaluator's matching, most of the metric at the end, weighs far more than "
+                "with trained weights." if d['checkpoint'] == 'initial weights' else ''),
             f"{num(d['ms_per_image'])} ms / image; the loader's wait is "
             f"{100 * d['loader_wait_share']:.0f}% of it.",
             table(['part', 'ms / image', 'share'], rows),
