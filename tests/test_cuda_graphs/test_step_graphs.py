@@ -458,11 +458,12 @@ def test_captured_steps_give_the_eager_parameters(optimizer, log_lines):
         for key in ref:
             torch.testing.assert_close(ours[key], ref[key], rtol=1e-4, atol=1e-5)
     start = tiny_detector('cuda').state_dict()
-    # AdamW moves an element whose gradient is only rounding noise by about lr either way, and
-    # the captured cuDNN kernels round apart from the eager ones: measured up to 5.4e-3 of a
-    # tensor's update (the eager runs agree to 3e-6); a stale lr or buffer moves it by ~1
+    # The captured cuDNN kernels round apart from the eager ones, and AdamW moves an element
+    # whose gradient is only rounding noise by about lr either way: measured up to 7.9e-3 of a
+    # tensor's update with SGD (batch-norm biases; the eager runs agree to 3e-6) and 5.4e-3 with
+    # AdamW, where a stale lr or buffer moves it by ~1
     _assert_like_eager(graphed.state_dict(), eager.state_dict(), eager_again.state_dict(),
-                       start, floor=1e-3 if optimizer == 'SGD' else 2e-2)
+                       start, floor=2e-2)
     # the steps changed the parameters (a comparison of untouched models proves nothing)
     assert any(not torch.equal(start[k], v) for k, v in graphed.state_dict().items())
 
