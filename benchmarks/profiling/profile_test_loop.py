@@ -8,12 +8,12 @@ detections back (the wait for the GPU and the cut), in the evaluator and in the 
 tools/test.py runs in this process as users run it (its main(), the config's loader and hooks),
 with each part wrapped by a timer; the parts nest as the loop calls them (the evaluator and the
 hooks run inside the read-back), and each is reported without the parts inside it. The first
---warmup test steps (captures, workers starting) are not counted. cProfile's view of the same images
-(the functions with the most time of their own) comes beside it. Without --checkpoint the
-config's initial weights are tested (an untrained head keeps many boxes: the evaluator sees more
-than with trained weights). Without a data root in the options, a synthetic DOTA-format set is
-generated first (not timed). --cpu: the tiny config on 96² images, to check the script on a
-machine without a GPU.
+--warmup test steps (captures, workers starting) are not counted. cProfile's view of the same
+images comes beside it: the functions with the most time of their own, and of their callees',
+each with its callers. Without --checkpoint the config's initial weights are tested (an
+untrained head keeps many boxes: the evaluator sees more than with trained weights). Without a
+data root in the options, a synthetic DOTA-format set is generated first (not timed). --cpu: the
+tiny config on 96² images, to check the script on a machine without a GPU.
 """
 import argparse
 import cProfile
@@ -83,14 +83,24 @@ def _short(file: str) -> str:
     return osp.relpath(file, ROOT) if file.startswith(ROOT) else file
 
 
-def _profile_rows(profile: cProfile.Profile, images: int, key: str, top: int = 25) -> list:
+def _name(function: tuple) -> str:
+    file, line, name = function
+    return f'{_short(file)}:{line}({name})'
+
+
+def _profile_rows(profile: cProfile.Profile, images: int, key: str, top: int = 40) -> list:
+    """The `top` functions by `key`, each with its three callers of the most cumulative time."""
     stats = pstats.Stats(profile, stream=io.StringIO())
     rows = []
-    for (file, line, name), (_, calls, own, cumulative, _) in stats.stats.items():
-        rows.append(dict(function=f'{_short(file)}:{line}({name})',
+    for function, (_, calls, own, cumulative, callers) in stats.stats.items():
+        by_time = sorted(callers.items(), key=lambda item: -item[1][3])[:3]
+        rows.append(dict(function=_name(function),
                          calls_per_image=round(calls / images, 2),
                          own_ms=round(own * 1e3 / images, 3),
-                         cumulative_ms=round(cumulative * 1e3 / images, 3)))
+                         cumulative_ms=round(cumulative * 1e3 / images, 3),
+                         callers=[dict(function=_name(caller),
+                                       cumulative_ms=round(timing[3] * 1e3 / images, 3))
+                                  for caller, timing in by_time]))
     return sorted(rows, key=lambda row: -row[key])[:top]
 
 
