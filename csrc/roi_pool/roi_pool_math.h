@@ -97,10 +97,4 @@ REDET_HOST_DEVICE int bin_max_strided(const scalar_t* data, index_t origin, int 
   return best_index;
 }
 
-// The same over one contiguous channel plane.
-template <typename scalar_t, typename acc_t>
-REDET_HOST_DEVICE int bin_max(const scalar_t* plane, int width, const PoolBin& b, acc_t* value) {
-  return bin_max_strided<scalar_t, acc_t, int>(plane, 0, width, 1, b, value);
-}
-
 }  // namespace redet

@@ -14,8 +14,9 @@ namespace redet {
 
 namespace {
 
-// bin_max's result, row by row: its batched loads are for a GPU's memory latency, and on a CPU
-// they cost more than they save on bins of a few pixels.
+// bin_max_strided's result (roi_pool_math.h) over one contiguous plane, row by row: its batched
+// loads are for a GPU's memory latency, and on a CPU they cost more than they save on bins of a few
+// pixels.
 template <typename scalar_t, typename acc_t>
 int bin_max_rows(const scalar_t* plane, int width, const PoolBin& b, acc_t* value) {
   if (b.empty()) {
@@ -64,7 +65,7 @@ RoIPoolResult pool_levels(at::TensorList features_, const at::Tensor& rois_,
     const int64_t bins = pooled_h * pooled_w;
     at::parallel_for(0, num_rois * channels, 1, [&](int64_t begin, int64_t end) {
       // A RoI's bins are the same in every channel, and a thread's planes come RoI by RoI: they
-      // are computed once per RoI (per bin and channel, they took most of the time).
+      // are computed once per RoI (per bin and channel, their arithmetic would dominate).
       std::vector<PoolBin> roi_bins(bins);
       int64_t bins_of = -1;
       for (int64_t kc = begin; kc < end; ++kc) {
