@@ -182,17 +182,17 @@ def main(argv=None):
     if args.cpu:
         # (the tiny config's data set generates itself unless it finds these parameters' set)
         synthetic = 'test_dataloader.dataset.synthetic'
-        options += ['test_dataloader.batch_size=1', 'test_dataloader.num_workers=0', 'test_dataloader.persistent_workers=False',
-                    f'{synthetic}.image_size=96', f'{synthetic}.num_train=0',
-                    f'{synthetic}.num_val={args.images}']
+        options += ['test_dataloader.batch_size=1', 'test_dataloader.num_workers=0',
+                    'test_dataloader.persistent_workers=False', f'{synthetic}.image_size=96',
+                    f'{synthetic}.num_train=0', f'{synthetic}.num_val={args.images}']
     checkpoint = args.checkpoint
     if checkpoint is None:
         from benchmarks._initial_checkpoint import save_initial_checkpoint
         checkpoint = osp.join(work, 'initial.pth')
         save_initial_checkpoint(config, checkpoint)
     tool_argv = [config, checkpoint, '--work-dir', osp.join(work, 'test'), *tool_options]
-    if options:
-        tool_argv += ['--cfg-options', *options] if '--cfg-options' not in tool_argv else options
+    if options:  # (mmengine's DictAction merges a second --cfg-options into the first)
+        tool_argv += ['--cfg-options', *options]
     result = run_tool(tool_argv, args.warmup)
     import torch
 
