@@ -128,9 +128,7 @@ def write_shrunk_config(path, name, data_root='data/'):
     """A config of `_base_ = [the real config]` with the tiny model's sizes, SIZE² images, data
     under data_root and loaders in this process. The DOTA configs' test loader is the unlabelled
     test set (Task1 files only): there the labelled val split is the test set, scored with the
-    config's val_evaluator. data_root is short and relative, as in the real configs: mmengine
-    formats the whole config with yapf for the log and the work dir, several times a run, and a
-    long absolute path in DIOR-R's nested train set makes each of those take seconds."""
+    config's val_evaluator. data_root is short and relative, as in the real configs."""
     real, tiny = Config.fromfile(real_config(name)), Config.fromfile(TINY)
     model = shrink_model(real.model.to_dict(), tiny.model.to_dict())
     one_process = dict(num_workers=0, persistent_workers=False, pin_memory=False)
