@@ -74,7 +74,8 @@ sanitize() {
 for s in $SANITIZE; do for tool in memcheck racecheck; do sanitize "$s" $tool & done; done
 if [ -n "$TESTS" ]; then
   # SIGINT: pytest still prints its summary when the time limit cuts it
-  timeout -s INT "$(limit 900 15)" python3 -m pytest -q -rfE --durations=40 -n "${PYTEST_WORKERS:-8}" -p no:cacheprovider $TESTS > "$LOGS/tests.log" 2>&1
+  # (a test worker stuck after its last test writes its stacks to $LOGS: tests/conftest.py)
+  REDET_TEST_HANG_DIR="$LOGS" timeout -s INT "$(limit 900 15)" python3 -m pytest -q -rfE --durations=40 -n "${PYTEST_WORKERS:-8}" -p no:cacheprovider $TESTS > "$LOGS/tests.log" 2>&1
   say "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$LOGS/tests.log" | tail -30 | tee -a "$OUT/summary.txt"
 fi
 wait; cat "$LOGS"/*.summary 2>/dev/null | tee -a "$OUT/summary.txt"; rm -f "$LOGS"/*.summary

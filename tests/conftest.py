@@ -1,6 +1,8 @@
 """Test-session setup shared by every test folder."""
+import faulthandler
 import os
 import random
+import tempfile
 import zlib
 
 import pytest
@@ -39,6 +41,33 @@ def _seed_each_test(request):
     random.seed(seed)
     numpy.random.seed(seed)
     torch.manual_seed(seed)
+
+
+_exit_stacks = []  # the open file a stuck worker's stacks go to (faulthandler writes to its fd)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    """An xdist worker that has run its tests but does not end (a fixture's teardown or a thread
+    that waits forever) would keep the whole run waiting until its time limit. From the teardown
+    of its last test (where session fixtures end too) on, it has REDET_TEST_EXIT_S seconds
+    (default 120); then it writes every thread's stack to <REDET_TEST_HANG_DIR, else the temp
+    folder>/<worker>_exit_stacks.txt and exits, and xdist reports the test it was tearing down
+    as crashed. (Its stderr is pytest's capture at that point, which nobody reads.)"""
+    if not _worker or nextitem is not None:
+        return
+    folder = os.environ.get('REDET_TEST_HANG_DIR') or tempfile.gettempdir()
+    os.makedirs(folder, exist_ok=True)
+    _exit_stacks.append(open(os.path.join(folder, f'{_worker}_exit_stacks.txt'), 'w'))
+    faulthandler.dump_traceback_later(float(os.environ.get('REDET_TEST_EXIT_S', '120')),
+                                      exit=True, file=_exit_stacks[-1])
+
+
+def pytest_unconfigure(config):
+    for stacks in _exit_stacks:  # the worker got this far: nothing to report
+        faulthandler.cancel_dump_traceback_later()
+        stacks.close()
+        os.remove(stacks.name)
 
 
 def pytest_configure(config):
