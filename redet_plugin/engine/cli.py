@@ -51,7 +51,7 @@ def load_config(args):
     cfg = Config.fromfile(args.config)
     # The config's text unformatted: the Runner formats it with yapf three times as it starts
     # (logged, dumped to the work dir, given to the visualizer) and again into every checkpoint,
-    # about a second each time on the GPU machine, for text that reads and loads the same.
+    # most of the time it took to build the Runner, for text that reads and loads the same.
     # (mmengine 0.10's fromfile drops its format_python_code argument for .py configs.)
     object.__setattr__(cfg, '_format_python_code', False)
     if args.cfg_options:
