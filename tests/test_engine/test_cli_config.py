@@ -6,9 +6,9 @@ import mmengine.config.config as mmengine_config
 from mmengine.config import Config
 
 from redet_plugin.engine.cli import load_config
+from tests._helpers import REPO
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-R50 = osp.join(ROOT, 'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py')
+R50 = osp.join(REPO, 'configs/redet/redet-le90_re50_refpn_2e_synthetic-1024.py')
 
 
 def _args(**options):
