@@ -32,7 +32,7 @@ from mmengine.registry import DefaultScope, init_default_scope
 from mmengine.runner import Runner, load_checkpoint
 from mmengine.runner import runner as mmengine_runner
 
-from tests._helpers import full_fp32, register_mmrotate
+from tests._helpers import REPO, full_fp32, register_mmrotate
 
 register_mmrotate()
 import e2cnn.nn.init  # noqa: E402
@@ -44,9 +44,8 @@ from redet_plugin.models.necks import ReFPN  # noqa: E402
 from redet_plugin.ops import RiRoIAlignRotated  # noqa: E402
 
 mmcv_nms = importlib.import_module('mmcv.ops.nms')  # the module (mmcv.ops.nms is also a function)
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-OUR_CONFIG = osp.join(ROOT, 'configs/redet/redet-le90_re50_refpn_mmrotate-compat_1x_dota.py')
-TINY_CONFIG = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
+OUR_CONFIG = osp.join(REPO, 'configs/redet/redet-le90_re50_refpn_mmrotate-compat_1x_dota.py')
+TINY_CONFIG = osp.join(REPO, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
 MMROTATE_CONFIG = osp.join(osp.dirname(mmrotate.__file__),
                            '.mim/configs/redet/redet-le90_re50_refpn_1x_dota.py')
 SIZE = 256

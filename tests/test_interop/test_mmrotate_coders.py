@@ -11,7 +11,7 @@ from mmdet.structures.bbox import HorizontalBoxes
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
-from tests._helpers import register_mmrotate
+from tests._helpers import REPO, register_mmrotate
 
 register_mmrotate()
 import mmrotate  # noqa: E402
@@ -19,8 +19,7 @@ import redet_plugin.mm  # noqa: E402,F401
 from mmrotate.registry import TASK_UTILS as MMROTATE_TASK_UTILS  # noqa: E402
 from mmrotate.structures import RotatedBoxes  # noqa: E402
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-OUR_MODEL = osp.join(ROOT, 'configs/_base_/models/redet-le90_re50_refpn.py')
+OUR_MODEL = osp.join(REPO, 'configs/_base_/models/redet-le90_re50_refpn.py')
 MMROTATE_CONFIG = osp.join(osp.dirname(mmrotate.__file__),
                            '.mim/configs/redet/redet-le90_re50_refpn_1x_dota.py')
 IMAGE_SHAPE = (200, 300)

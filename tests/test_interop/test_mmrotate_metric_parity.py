@@ -25,9 +25,8 @@ from mmengine.registry import init_default_scope
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 
-from tests._helpers import register_mmrotate
+from tests._helpers import REPO, register_mmrotate
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CLASSES = ('plane', 'ship', 'storage-tank', 'small-vehicle')
 COCO_THRS = [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95]
 
@@ -177,7 +176,7 @@ def test_hrsc_evaluator_reports_mmrotates_figures(mmrotate_metric):
     """configs/_base_/datasets/hrsc.py's evaluator: VOC07 11-point AP at 0.50:0.05:0.95 (AP50:
     ReDet's paper; mAP, AP50, AP75: mmrotate's model zoo) and VOC12 area AP50, each equal to
     mmrotate's DOTAMetric with those options."""
-    cfg = Config.fromfile(osp.join(ROOT, 'configs/_base_/datasets/hrsc.py'))
+    cfg = Config.fromfile(osp.join(REPO, 'configs/_base_/datasets/hrsc.py'))
     assert cfg.test_evaluator == cfg.val_evaluator
     classes = ('ship',)
     samples = random_samples(seed=7, images=30, classes=classes)

@@ -25,7 +25,7 @@ from unittest import mock
 import pytest
 import torch
 
-from tests._helpers import all_cores, full_fp32, once_per_run, register_mmrotate
+from tests._helpers import REPO, all_cores, full_fp32, once_per_run, register_mmrotate
 
 pytestmark = [pytest.mark.cuda, pytest.mark.slow]
 
@@ -41,8 +41,7 @@ from mmengine.runner import runner as mmengine_runner  # noqa: E402
 from benchmarks.detector.bench_detector_vs_mmrotate import write_peer_labels  # noqa: E402
 from redet_plugin.datasets import generate_synthetic_dota  # noqa: E402
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-OUR_CONFIG = osp.join(ROOT, 'configs/redet/redet-le90_re50_refpn_mmrotate-compat_1x_dota.py')
+OUR_CONFIG = osp.join(REPO, 'configs/redet/redet-le90_re50_refpn_mmrotate-compat_1x_dota.py')
 MMROTATE_CONFIG = osp.join(osp.dirname(mmrotate.__file__),
                            '.mim/configs/redet/redet-le90_re50_refpn_1x_dota.py')
 SIZE = 512

@@ -13,10 +13,9 @@ from mmengine.registry import DefaultScope
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+from tests._helpers import REPO
 
-
-CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs/redet/*.py')))
+CONFIGS = sorted(glob.glob(osp.join(REPO, 'configs/redet/*.py')))
 CUSTOM_IMPORTS = dict(imports=['redet_plugin.mm'], allow_failed_imports=False)
 # the only configs that declare it: the model base (which every configs/redet config inherits)
 # and the configs built on mmdet's or mmrotate's own bases
@@ -52,10 +51,10 @@ def test_config_parses_and_names_registered_types(path):
 
 def test_custom_imports_declared_where_first_needed():
     declaring = set()
-    for path in glob.glob(osp.join(ROOT, 'configs/**/*.py'), recursive=True):
+    for path in glob.glob(osp.join(REPO, 'configs/**/*.py'), recursive=True):
         with open(path) as f:
             if re.search(r'^custom_imports\s*=', f.read(), re.MULTILINE):
-                declaring.add(osp.relpath(path, ROOT))
+                declaring.add(osp.relpath(path, REPO))
     assert declaring == DECLARE_CUSTOM_IMPORTS
 
 
@@ -68,7 +67,7 @@ def test_config_builds(path):
 
 
 def test_published_setup():
-    cfg = Config.fromfile(osp.join(ROOT, 'configs/redet/redet-le90_re50_refpn_1x_dota.py'))
+    cfg = Config.fromfile(osp.join(REPO, 'configs/redet/redet-le90_re50_refpn_1x_dota.py'))
     assert cfg.train_dataloader.batch_size == 2
     assert cfg.optim_wrapper.optimizer.lr == 0.005 and cfg.optim_wrapper.clip_grad.max_norm == 35
     assert cfg.train_cfg.max_epochs == 12
@@ -81,7 +80,7 @@ def test_published_setup():
 
 
 def extractors(name):
-    cfg = Config.fromfile(osp.join(ROOT, 'configs/redet', name))
+    cfg = Config.fromfile(osp.join(REPO, 'configs/redet', name))
     return [e.to_dict() for e in cfg.model.roi_head.bbox_roi_extractor]
 
 

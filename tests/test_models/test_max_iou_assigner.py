@@ -16,7 +16,8 @@ import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.models.task_modules import MaxIoUAssigner
 from redet_plugin.testing import waits_for_nothing
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+from tests._helpers import REPO
+
 SEEDS = range(40)
 
 
@@ -188,7 +189,7 @@ def test_assign_with_rotated_iou():
 
 def test_our_configs_use_it_with_their_iou_calculators():
     """Every assigner in configs/redet is ours; stage 2 keeps the rotated IoU."""
-    for path in sorted(glob.glob(osp.join(ROOT, 'configs/redet/*.py'))):
+    for path in sorted(glob.glob(osp.join(REPO, 'configs/redet/*.py'))):
         train_cfg = Config.fromfile(path).model.train_cfg
         assigners = [train_cfg.rpn.assigner] + [stage.assigner for stage in train_cfg.rcnn]
         assert [a.type for a in assigners] == ['RedetMaxIoUAssigner'] * 3, path

@@ -27,9 +27,10 @@ from mmengine.registry import DefaultScope
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.datasets import DIOR_CLASSES, DOTA_V2_CLASSES, DOTA_V15_CLASSES
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-TINY = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
+from tests._helpers import REPO
+
+sys.path.insert(0, REPO)
+TINY = osp.join(REPO, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
 SIZE = 256  # generated images and the pipelines' Resize
 NUM_TRAIN, NUM_TEST = 4, 2  # two iterations of the configs' batch of 2; two test images
 
@@ -49,11 +50,11 @@ CASES = {
 
 
 def real_config(name):
-    return osp.join(ROOT, 'configs/redet', name)
+    return osp.join(REPO, 'configs/redet', name)
 
 
 def load_tool(path):
-    spec = importlib.util.spec_from_file_location('tool_under_test', osp.join(ROOT, 'tools', path))
+    spec = importlib.util.spec_from_file_location('tool_under_test', osp.join(REPO, 'tools', path))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -265,7 +266,7 @@ def test_train_and_test_on_a_generated_set_in_the_configs_layout(name, tmp_path,
 # --- docs/data.md: the data set table and the commands for trying the configs -----------------------
 
 def data_doc_section():
-    with open(osp.join(ROOT, 'docs/data.md')) as f:
+    with open(osp.join(REPO, 'docs/data.md')) as f:
         return f.read().split('## Supported data sets')[1].split('\n## ')[0]
 
 
@@ -349,7 +350,7 @@ def test_submission_files_of_each_data_set_go_to_a_folder_of_their_own():
     """Configs that write Task1 files for different data sets never share a folder: a DOTA-v1.5
     test run must not overwrite DOTA-v1.0's submission."""
     prefixes = {}
-    for path in sorted(glob.glob(osp.join(ROOT, 'configs/redet/*.py'))):
+    for path in sorted(glob.glob(osp.join(REPO, 'configs/redet/*.py'))):
         cfg = Config.fromfile(path, import_custom_modules=False)
         evaluator = cfg.get('test_evaluator')
         if not isinstance(evaluator, dict) or not evaluator.get('format_only'):

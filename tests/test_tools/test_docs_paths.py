@@ -8,9 +8,10 @@ import re
 
 import pytest
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-DOCS = ['README.md'] + sorted(osp.relpath(p, ROOT)
-                               for p in glob.glob(osp.join(ROOT, 'docs', '*.md')))
+from tests._helpers import REPO
+
+DOCS = ['README.md'] + sorted(osp.relpath(p, REPO)
+                               for p in glob.glob(osp.join(REPO, 'docs', '*.md')))
 TOP_FOLDERS = ('benchmarks', 'configs', 'csrc', 'docs', 'redet_plugin', 'scripts', 'tests', 'tools')
 # (placeholders such as <name> or * are taken in, so that such a path is left out below)
 REPO_PATH = re.compile(r'(?<![\w./:-])((?:%s)/[\w./<>*{}-]*)' % '|'.join(TOP_FOLDERS))
@@ -19,7 +20,7 @@ LINK = re.compile(r'\]\(([^)\s]+)\)')
 OTHER_PROJECTS = {'configs/redet/README.md'}  # mmrotate's model zoo page (docs/data.md)
 
 
-def named_paths(doc, root=ROOT):
+def named_paths(doc, root=REPO):
     """[(line, path)]: repository paths the page `doc` (relative to `root`) names, relative to
     the repository root."""
     with open(osp.join(root, doc), encoding='utf-8') as f:
@@ -40,7 +41,7 @@ def named_paths(doc, root=ROOT):
 
 @pytest.mark.parametrize('doc', DOCS)
 def test_every_path_a_page_names_exists(doc):
-    missing = [f'{doc}:{n}: {p}' for n, p in named_paths(doc) if not osp.exists(osp.join(ROOT, p))]
+    missing = [f'{doc}:{n}: {p}' for n, p in named_paths(doc) if not osp.exists(osp.join(REPO, p))]
     assert not missing, 'paths that do not exist:\n' + '\n'.join(missing)
 
 

@@ -9,8 +9,9 @@ import pytest
 
 from redet_plugin.utils.transformers_hidden import needs_transformers
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-TINY = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
+from tests._helpers import REPO
+
+TINY = osp.join(REPO, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
 
 
 @pytest.fixture
@@ -23,13 +24,13 @@ def stand_in(tmp_path):
         'raise ImportError("stand-in")\n')
     mark = tmp_path / 'imported'
     env = dict(os.environ, TRANSFORMERS_MARK=str(mark),
-               PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path / 'site'), ROOT,
+               PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path / 'site'), REPO,
                                                       os.environ.get('PYTHONPATH')) if p))
     return env, mark
 
 
 def run_help(tool, args, env):
-    done = subprocess.run([sys.executable, tool, *args, '--help'], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, tool, *args, '--help'], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -63,7 +64,7 @@ def test_transformers_imports_as_usual_after_the_stack(stand_in):
             '    import transformers\n'
             'except ImportError as e:\n'
             '    assert str(e) == "stand-in", e\n')
-    done = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, '-c', code], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert mark.exists()

@@ -7,9 +7,11 @@ import sys
 
 import pytest
 
+from tests._helpers import REPO
+
 pytest.importorskip('xdist')
 
-CONFTEST = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'conftest.py')
+CONFTEST = osp.join(REPO, 'tests', 'conftest.py')
 STUCK = '''
 import time
 import pytest
