@@ -615,8 +615,10 @@ def test_loop(path, d):
             for part, ms in d['parts_ms'].items()]
     functions = [[f"`{row['function']}`", num(row['own_ms']), num(row['calls_per_image'])]
                  for row in d['profile_own'][:10]]
-    return [f"`tools/test.py {d['config']}` {flags}(the config's loader, hooks and evaluator; "
-            f"{d['checkpoint']}), {d['images']} images after {d['warmup']} unmeasured test "
+    weights = d['checkpoint'] if d['checkpoint'] == 'initial weights' else \
+        f"the checkpoint `{osp.basename(d['checkpoint'])}`"
+    return [f"`tools/test.py {d['config']}{' ' + flags if flags else ''}` (the config's loader, "
+            f"hooks and evaluator; {weights}), {d['images']} images after {d['warmup']} unmeasured test "
             f"steps: the main process's time per image by what it is doing. A part nested in "
             f"another (the evaluator and the hooks run inside the read-back of the image before) "
             f"counts in its own row only." + (
@@ -722,6 +724,8 @@ SECTIONS = [
      huge_image),
     ('Where tools/test.py spends each image', 'test_loop',
      'benchmarks/profiling/profile_test_loop.py', test_loop),
+    ('Where tools/test.py --amp spends each image', 'amp_test_loop',
+     'benchmarks/profiling/profile_test_loop.py -- --amp', test_loop),
     ('Start-up of the tools', 'startup', 'benchmarks/profiling/startup_phases.py', startup),
     ('The exported model', 'compiled_package', 'benchmarks/deploy/bench_compiled_package.py',
      compiled_package),
