@@ -212,3 +212,31 @@ def test_rotated_iou_matches_shapely():
 def test_mismatched_lengths():
     with pytest.raises(ValueError, match='2 detection lists for 1 annotated images'):
         eval_rotated_map([[dets()], [dets()]], [ann([], [])], 1)
+
+
+@pytest.mark.parametrize('spread', [60, 2000])
+def test_rotated_iou_is_mmcvs_dense_matrix(spread):
+    """Pairs skipped for circumscribed circles apart are the pairs mmcv puts at 0; every other
+    value is mmcv's own. Crowded and spread-out boxes, boxes that touch along a side or at a
+    corner of their circles, identical, empty and non-finite boxes."""
+    from mmcv.ops import box_iou_rotated
+    rng = np.random.default_rng(spread)
+    def boxes(n):
+        b = np.empty((n, 5), np.float32)
+        b[:, :2] = rng.uniform(0, spread, (n, 2))
+        b[:, 2:4] = rng.uniform(1, 80, (n, 2))
+        b[:, 4] = rng.uniform(-math.pi / 2, math.pi / 2, n)
+        return b
+    det, gt = boxes(400), boxes(40)
+    gt[0] = det[0]                                          # identical
+    det[1, 2:4] = 0                                         # empty
+    det[2, 4] = gt[1, 4] = 0                                # sides touching
+    gt[1, 1:4] = det[2, 1:4]
+    gt[1, 0] = det[2, 0] + det[2, 2]
+    gt[2, :4] = [det[3, 0] + 50, det[3, 1], 30, 40]         # circles touching, boxes apart
+    det[3, 2:4] = [30, 40]
+    det[4, 0] = np.nan
+    det[5, 2] = np.inf
+    dense = box_iou_rotated(torch.from_numpy(det), torch.from_numpy(gt)).numpy()
+    np.testing.assert_array_equal(rotated_iou(det, gt), dense)
+    assert rotated_iou(det[:0], gt).shape == (0, 40) and rotated_iou(det, gt[:0]).shape == (400, 0)
