@@ -6,6 +6,7 @@ import os.path as osp
 import shutil
 import subprocess
 import sys
+import uuid
 
 import pytest
 import torch
@@ -178,7 +179,10 @@ def test_test_runs_plain_convolutions_unless_told_equivariant(demo_run, tmp_path
     maps, logs = {}, {}
     for how, extra in (('plain', []), ('equivariant', ['--equivariant'])):
         out = str(tmp_path / how)
-        maps[how] = main([TINY, checkpoint, '--work-dir', out, *extra, *options])['dota/mAP']
+        # mmengine names a run's logger by its config and second: a run in the same second as the
+        # run before would log to that run's file.
+        name = f'experiment_name=plain-{how}-{uuid.uuid4().hex}'
+        maps[how] = main([TINY, checkpoint, '--work-dir', out, *extra, *options, name])['dota/mAP']
         log_file, = glob.glob(osp.join(out, '*', '*.log'))
         logs[how] = open(log_file).read()
     assert '2 equivariant network(s) run as plain convolutions' in logs['plain']
