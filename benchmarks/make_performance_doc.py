@@ -619,8 +619,8 @@ def test_loop(path, d):
         f"the checkpoint `{osp.basename(d['checkpoint'])}`"
     return [f"`tools/test.py {d['config']}{' ' + flags if flags else ''}` (the config's loader, "
             f"hooks and evaluator; {weights}), {d['images']} images after {d['warmup']} "
-            f"unmeasured test steps: the main process's time per image by what it is doing. A part nested in "
-            f"another (the evaluator and the hooks run inside the read-back of the image before) "
+            f"unmeasured test steps: the main process's time per image by what it is doing. A "
+            f"part nested in another (the evaluator and the hooks run inside the read-back of the image before) "
             f"counts in its own row only." + (
                 " An untrained head keeps many boxes in every image (up to the test's limit), so "
                 "the evaluator's matching, most of the metric at the end, weighs far more than "
