@@ -613,8 +613,6 @@ def test_loop(path, d):
                      option not in ('--work-dir', '--cfg-options'))
     rows = [[part, num(ms), f"{100 * ms / d['ms_per_image']:.0f}%"]
             for part, ms in d['parts_ms'].items()]
-    functions = [[f"`{row['function']}`", num(row['own_ms']), num(row['calls_per_image'])]
-                 for row in d['profile_own'][:10]]
     weights = d['checkpoint'] if d['checkpoint'] == 'initial weights' else \
         f"the checkpoint `{osp.basename(d['checkpoint'])}`"
     return [f"`tools/test.py {d['config']}{' ' + flags if flags else ''}` (the config's loader, "
@@ -627,8 +625,16 @@ def test_loop(path, d):
                 "with trained weights." if d['checkpoint'] == 'initial weights' else ''),
             f"{num(d['ms_per_image'])} ms / image; the loader's wait is "
             f"{100 * d['loader_wait_share']:.0f}% of it.",
-            table(['part', 'ms / image', 'share'], rows),
-            "The functions with the most time of their own (cProfile, the same images):",
+            table(['part', 'ms / image', 'share'], rows)] + _profiled_functions(d)
+
+
+def _profiled_functions(d):
+    if 'profile_own' not in d:
+        return []
+    functions = [[f"`{row['function']}`", num(row['own_ms']), num(row['calls_per_image'])]
+                 for row in d['profile_own'][:10]]
+    return ["The functions with the most time of their own (cProfile over the same images, "
+            "which slows the loop):",
             table(['function', 'ms / image', 'calls / image'], functions)]
 
 

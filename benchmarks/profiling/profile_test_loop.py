@@ -3,14 +3,18 @@ model's test_step (preprocessing and launching the forward), reading the previou
 detections back (the wait for the GPU and the cut), in the evaluator and in the per-image hooks.
 
     python -m benchmarks.profiling.profile_test_loop [--config CONFIG] [--checkpoint CKPT]
-        [--images 60] [--warmup 10] [--out test_loop.json] [--cpu] [-- tools/test.py options]
+        [--images 60] [--warmup 10] [--out test_loop.json] [--profiler {cprofile,torch}] [--cpu]
+        [-- tools/test.py options]
 
 tools/test.py runs in this process as users run it (its main(), the config's loader and hooks),
 with each part wrapped by a timer; the parts nest as the loop calls them (the evaluator and the
 hooks run inside the read-back), and each is reported without the parts inside it. The first
---warmup test steps (captures, workers starting) are not counted. cProfile's view of the same
-images comes beside it: the functions with the most time of their own, and of their callees',
-each with its callers. Without --checkpoint the config's initial weights are tested (an
+--warmup test steps (captures, workers starting) are not counted. `--profiler cprofile` adds the
+functions with the most time of their own and of their callees' (each with its callers),
+`--profiler torch` torch.profiler's ops and CUDA runtime calls by host time (a runtime call that
+waits for the GPU shows there), both over the same images; a profiler slows the loop, and from
+Python 3.12 on cProfile records every thread (the pin-memory thread's calls show up under the
+main thread's): the time per image of record is a run without one. Without --checkpoint the config's initial weights are tested (an
 untrained head keeps many boxes: the evaluator sees more than with trained weights). Without a
 data root in the options, a synthetic DOTA-format set is generated first (not timed). --cpu: the
 tiny config on 96² images, to check the script on a machine without a GPU.
@@ -26,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from typing import Optional
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 PARTS = ('loader wait', 'test_step (preprocess, launch)', 'read-back (GPU wait, cut)',
@@ -36,11 +41,30 @@ class _Timers:
     """Time of each part, its nested parts' time taken out, counted from the test_step numbered
     `start` + 1 on."""
 
-    def __init__(self, start: int):
+    def __init__(self, start: int, profiler: Optional[str]):
         self.start, self.steps, self.images, self.begun = start, 0, 0, None
         self.own = defaultdict(float)
         self.stack = []
-        self.profile = cProfile.Profile()
+        self.profiler = profiler
+        self.profile = None
+
+    def _start_profiler(self):
+        import torch
+        if self.profiler == 'cprofile':
+            self.profile = cProfile.Profile()
+            self.profile.enable()
+        elif self.profiler == 'torch':
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self.profile = torch.profiler.profile(activities=activities)
+            self.profile.__enter__()
+
+    def _stop_profiler(self):
+        if self.profiler == 'cprofile':
+            self.profile.disable()
+        elif self.profiler == 'torch':
+            self.profile.__exit__(None, None, None)
 
     def counting(self) -> bool:
         return self.steps > self.start
@@ -51,8 +75,8 @@ class _Timers:
             if part == PARTS[1]:
                 self.steps += 1
                 if self.steps == self.start + 1:
+                    self._start_profiler()
                     self.begun = time.perf_counter()
-                    self.profile.enable()
                 if self.counting():
                     self.images += len(args[0]['inputs'])
             self.stack.append(0.0)
@@ -69,11 +93,12 @@ class _Timers:
         return timed
 
     def finish(self) -> float:
-        self.profile.disable()
         if self.begun is None:
             raise SystemExit(f'only {self.steps} test steps: more than --warmup {self.start} '
                              'are needed')
-        return time.perf_counter() - self.begun
+        wall = time.perf_counter() - self.begun
+        self._stop_profiler()
+        return wall
 
 
 def _short(file: str) -> str:
@@ -104,7 +129,17 @@ def _profile_rows(profile: cProfile.Profile, images: int, key: str, top: int = 4
     return sorted(rows, key=lambda row: -row[key])[:top]
 
 
-def run_tool(argv: list, warmup: int) -> dict:
+def _torch_profiler_rows(profile, images: int, top: int = 30) -> list:
+    """torch.profiler's `top` ops and runtime calls by host time of their own."""
+    events = sorted(profile.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
+    return [dict(name=e.key, calls_per_image=round(e.count / images, 2),
+                 own_host_ms=round(e.self_cpu_time_total / 1e3 / images, 3),
+                 host_ms=round(e.cpu_time_total / 1e3 / images, 3),
+                 device_ms=round(getattr(e, 'self_device_time_total', 0) / 1e3 / images, 3))
+            for e in events]
+
+
+def run_tool(argv: list, warmup: int, profiler: Optional[str] = None) -> dict:
     """tools/test.py main(argv) with its parts timed from test step warmup + 1 on."""
     import torch
     from redet_plugin.utils.transformers_hidden import transformers_hidden
@@ -118,7 +153,7 @@ def run_tool(argv: list, warmup: int) -> dict:
     from redet_plugin.structures.padded_results import PendingOutputs
     from tools.test import main
 
-    timers = _Timers(warmup)
+    timers = _Timers(warmup, profiler)
     patched = [(_BaseDataLoaderIter, '__next__', PARTS[0]), (PendingOutputs, 'read', PARTS[2]),
                (Evaluator, 'process', PARTS[3])]
     originals = [(cls, name, getattr(cls, name)) for cls, name, _ in patched]
@@ -151,10 +186,14 @@ def run_tool(argv: list, warmup: int) -> dict:
     parts = {part: round(timers.own[part] * 1e3 / images, 3) for part in PARTS}
     per_image = wall * 1e3 / images
     parts['other (the loop, the metric at the end)'] = round(per_image - sum(parts.values()), 3)
-    return dict(images=images, ms_per_image=round(per_image, 3), parts_ms=parts,
-                loader_wait_share=round(parts[PARTS[0]] / per_image, 3),
-                profile_own=_profile_rows(timers.profile, images, 'own_ms'),
-                profile_cumulative=_profile_rows(timers.profile, images, 'cumulative_ms'))
+    result = dict(images=images, ms_per_image=round(per_image, 3), parts_ms=parts,
+                  loader_wait_share=round(parts[PARTS[0]] / per_image, 3), profiler=profiler)
+    if profiler == 'cprofile':
+        result.update(profile_own=_profile_rows(timers.profile, images, 'own_ms'),
+                      profile_cumulative=_profile_rows(timers.profile, images, 'cumulative_ms'))
+    elif profiler == 'torch':
+        result.update(torch_profile=_torch_profiler_rows(timers.profile, images))
+    return result
 
 
 def main(argv=None):
@@ -167,6 +206,7 @@ def main(argv=None):
     parser.add_argument('--images', type=int, default=60)
     parser.add_argument('--warmup', type=int, default=10)
     parser.add_argument('--out', default=None)
+    parser.add_argument('--profiler', choices=('cprofile', 'torch'), default=None)
     parser.add_argument('--cpu', action='store_true')
     args = parser.parse_args(argv)
     from benchmarks.profiling.startup_phases import R50, TINY, _data_options
@@ -193,7 +233,7 @@ def main(argv=None):
     tool_argv = [config, checkpoint, '--work-dir', osp.join(work, 'test'), *tool_options]
     if options:  # (mmengine's DictAction merges a second --cfg-options into the first)
         tool_argv += ['--cfg-options', *options]
-    result = run_tool(tool_argv, args.warmup)
+    result = run_tool(tool_argv, args.warmup, args.profiler)
     import torch
 
     from benchmarks.detector.bench_detector_vs_mmrotate import environment
@@ -207,9 +247,12 @@ def main(argv=None):
     print(f"{result['ms_per_image']:.2f} ms / image over {result['images']} images")
     for part, ms in result['parts_ms'].items():
         print(f'  {ms:8.3f} ms  {part}')
-    for row in result['profile_own'][:15]:
+    for row in result.get('profile_own', [])[:15]:
         print(f"  {row['own_ms']:8.3f} ms own  {row['calls_per_image']:7.1f} calls  "
               f"{row['function']}")
+    for row in result.get('torch_profile', []):
+        print(f"  {row['own_host_ms']:8.3f} ms own on the host  {row['device_ms']:8.3f} ms on the "
+              f"device  {row['calls_per_image']:7.1f} calls  {row['name']}")
     return result
 
 

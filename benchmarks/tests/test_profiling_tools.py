@@ -215,13 +215,16 @@ def test_startup_phases_runs_both_tools_to_their_first_steps(tmp_path, monkeypat
         row['phase'] for row in result['runs'][1]['phases']]
 
 
-def test_profile_test_loop_splits_each_image_of_tools_test(tmp_path):
+@pytest.mark.parametrize('profiler', [None, 'cprofile', 'torch'])
+def test_profile_test_loop_splits_each_image_of_tools_test(tmp_path, profiler):
     """tools/test.py on the tiny config: every counted image's time split into the loop's parts,
-    each part measured (the parts and the rest add up to the time per image)."""
+    each part measured (the parts and the rest add up to the time per image), with the
+    profiler's view of the same images."""
     from benchmarks.profiling import profile_test_loop
     out = tmp_path / 'test_loop.json'
     result = profile_test_loop.main(['--cpu', '--images', '4', '--warmup', '1',
-                                     '--out', str(out)])
+                                     '--out', str(out)] +
+                                    (['--profiler', profiler] if profiler else []))
     assert json.loads(out.read_text()) == result
     assert result['images'] == 3
     parts = result['parts_ms']
@@ -229,8 +232,16 @@ def test_profile_test_loop_splits_each_image_of_tools_test(tmp_path):
     assert all(ms > 0 for ms in parts.values())
     assert sum(parts.values()) == pytest.approx(result['ms_per_image'], abs=0.01)
     assert parts['test_step (preprocess, launch)'] > parts['evaluator.process']
-    assert result['profile_own'] and result['profile_cumulative'][0]['cumulative_ms'] >= \
-        result['profile_cumulative'][-1]['cumulative_ms']
+    assert result['profiler'] == profiler
+    assert ('profile_own' in result) == (profiler == 'cprofile')
+    assert ('torch_profile' in result) == (profiler == 'torch')
+    if profiler == 'cprofile':
+        assert result['profile_own'] and result['profile_cumulative'][0]['cumulative_ms'] >= \
+            result['profile_cumulative'][-1]['cumulative_ms']
+    elif profiler == 'torch':
+        rows = result['torch_profile']
+        assert rows[0]['own_host_ms'] >= rows[-1]['own_host_ms'] > 0
+        assert any(row['name'].startswith('aten::') for row in rows)
 
 
 def test_startup_checkpoint_has_the_classes_of_the_config_test_set(tmp_path):
