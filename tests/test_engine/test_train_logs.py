@@ -19,15 +19,17 @@ TINY = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
 
 def _options(data_root):
     """3 iterations of 2 images (96 px), a log after the 2nd, one epoch and a 2-image val; a
-    visualizer of its own (mmengine keeps one instance per name in the process: a second run
-    with the config's name would write its scalars into the first run's folder)."""
+    visualizer and a logger of their own (mmengine keeps one instance per name in the process,
+    and names a run's logger after its config and the second it started: a second run with the
+    config's names would write its scalars and its log into the first run's folder)."""
     synthetic = ('num_train=6', 'num_val=2', 'image_size=96')
     per_loader = [f'{loader}.{key}' for loader in ('train_dataloader', 'val_dataloader')
                   for key in (f'dataset.data_root={data_root}/', 'num_workers=0',
                               'persistent_workers=False', 'batch_size=2',
                               *(f'dataset.synthetic.{s}' for s in synthetic))]
     return per_loader + ['train_cfg.max_epochs=1', 'default_hooks.logger.interval=2',
-                         'randomness.seed=0', f'visualizer.name=train-logs-{uuid.uuid4().hex}']
+                         'randomness.seed=0', f'visualizer.name=train-logs-{uuid.uuid4().hex}',
+                         f'experiment_name=train-logs-{uuid.uuid4().hex}']
 
 
 @pytest.fixture(scope='module')

@@ -19,6 +19,7 @@ import os.path as osp
 import re
 import shlex
 import sys
+import uuid
 
 import pytest
 from mmengine.config import Config
@@ -244,14 +245,17 @@ def test_train_and_test_on_a_generated_set_in_the_configs_layout(name, tmp_path,
     assert {classes.index(c) for c in renames.values()} <= labels
 
     work_dir = 'work'
-    train_main([config, '--work-dir', work_dir, '--cfg-options', 'train_cfg.max_epochs=1'])
+    # (each run its own logger: mmengine names one after the config and the second it started)
+    train_main([config, '--work-dir', work_dir, '--cfg-options', 'train_cfg.max_epochs=1',
+                f'experiment_name=train-{uuid.uuid4().hex}'])
     with open(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))[0]) as f:
         assert sum('"loss"' in line for line in f) == 2  # two iterations (batch 2 of 4 images)
     checkpoint = osp.join(work_dir, 'epoch_1.pth')
     assert osp.isfile(checkpoint)
 
     test_dir = 'test'
-    metrics = test_main([config, checkpoint, '--work-dir', test_dir])
+    metrics = test_main([config, checkpoint, '--work-dir', test_dir, '--cfg-options',
+                         f'experiment_name=test-{uuid.uuid4().hex}'])
     assert metric_names <= set(metrics), sorted(metrics)
     prefixes = {key.split('/')[0] for key in metric_names}
     assert {key.split('/')[0] for key in metrics} == prefixes
