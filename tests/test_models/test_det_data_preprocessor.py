@@ -39,3 +39,37 @@ def test_other_channel_counts_are_refused_by_name():
     with pytest.raises(ValueError, match='inputs: bgr_to_rgb/rgb_to_bgr swaps 3 channels, got 4'):
         DetDataPreprocessor(**dict(ARGS, mean=[0], std=[1]), bgr_to_rgb=True)(
             _data(channels=4), True)
+
+
+def _on(sample):
+    return {t.device.type for t in (sample.gt_instances.labels, getattr(sample.gt_instances.bboxes, 'tensor', sample.gt_instances.bboxes))}
+
+
+@pytest.mark.parametrize('training', [True, False])
+def test_test_batches_leave_the_ground_truth_on_the_host(training):
+    """A training batch goes to the device whole; a test batch sends its images and keeps its
+    data samples (metainfo, ground truth) on the host, with mmdet's metainfo. On the meta device:
+    a tensor moved there cannot be read back."""
+    preprocessor = DetDataPreprocessor(**ARGS, bgr_to_rgb=True)
+    preprocessor.to('meta')
+    out = preprocessor(_data(), training)
+    theirs = MMDetDetDataPreprocessor(**ARGS, bgr_to_rgb=True)(_data(), training)
+    assert out['inputs'].device.type == 'meta'
+    for sample, reference in zip(out['data_samples'], theirs['data_samples']):
+        assert sample.metainfo == reference.metainfo
+        assert _on(sample) == {'meta' if training else 'cpu'}
+        if not training:
+            assert torch.equal(sample.gt_instances.labels, reference.gt_instances.labels)
+    assert preprocessor._samples_to_device  # (the next call, e.g. a train_step, copies them)
+
+
+def test_test_samples_with_proposals_go_to_the_device():
+    from mmengine.structures import InstanceData
+    preprocessor = DetDataPreprocessor(**ARGS)
+    preprocessor.to('meta')
+    data = _data()
+    data['data_samples'][0].proposals = InstanceData(bboxes=torch.zeros(3, 4))
+    out = preprocessor(data, False)
+    first, second = out['data_samples']
+    assert first.proposals.bboxes.device.type == 'meta'
+    assert _on(first) == {'meta'} and _on(second) == {'cpu'}
