@@ -21,17 +21,24 @@ def _data(stacked=False, channels=3):
     return dict(inputs=images, data_samples=make_samples())
 
 
+@pytest.mark.parametrize('training', [True, False])
+@pytest.mark.parametrize('other', [{}, dict(pad_value=7.5), dict(mean=None, std=None),
+                                   dict(pad_size_divisor=1)])
 @pytest.mark.parametrize('stacked', [False, True])
 @pytest.mark.parametrize('swap', [dict(bgr_to_rgb=True), dict(rgb_to_bgr=True), {}])
-def test_same_batch_as_mmdet(stacked, swap):
-    ours = DetDataPreprocessor(**ARGS, **swap)(_data(stacked), True)
-    theirs = MMDetDetDataPreprocessor(**ARGS, **swap)(_data(stacked), True)
+def test_same_batch_as_mmdet(stacked, swap, other, training):
+    """The same images, padding and metainfo as mmdet's (its normalisation, padding and
+    stacking done here with the shapes as Python numbers)."""
+    args = dict(ARGS, **other)
+    ours = DetDataPreprocessor(**args, **swap)(_data(stacked), training)
+    theirs = MMDetDetDataPreprocessor(**args, **swap)(_data(stacked), training)
+    assert ours['inputs'].dtype == theirs['inputs'].dtype == torch.float32
     assert torch.equal(ours['inputs'], theirs['inputs'])
     for a, b in zip(ours['data_samples'], theirs['data_samples']):
         assert a.metainfo == b.metainfo
     # the swap matters (the comparison can fail)
     if swap:
-        unswapped = MMDetDetDataPreprocessor(**ARGS)(_data(stacked), True)
+        unswapped = MMDetDetDataPreprocessor(**args)(_data(stacked), True)
         assert not torch.equal(ours['inputs'], unswapped['inputs'])
 
 
@@ -73,3 +80,20 @@ def test_test_samples_with_proposals_go_to_the_device():
     first, second = out['data_samples']
     assert first.proposals.bboxes.device.type == 'meta'
     assert _on(first) == {'meta'} and _on(second) == {'cpu'}
+
+
+def test_images_of_a_batch_must_match_the_mean():
+    data = _data()
+    data['inputs'] = [x[:2] for x in data['inputs']]
+    with pytest.raises(ValueError, match='inputs: mean and std have 3 values'):
+        DetDataPreprocessor(**ARGS)(data, False)
+
+
+@pytest.mark.parametrize('stacked', [False, True])
+def test_a_float64_preprocessor_gives_mmdets_float64_batch(stacked):
+    """model.double() (the float64 references of the tests): mmengine converts the images to
+    float32 and normalises them with the float64 mean and std, so the batch is float64."""
+    ours = DetDataPreprocessor(**ARGS, bgr_to_rgb=True).double()(_data(stacked), False)
+    theirs = MMDetDetDataPreprocessor(**ARGS, bgr_to_rgb=True).double()(_data(stacked), False)
+    assert ours['inputs'].dtype == theirs['inputs'].dtype == torch.float64
+    assert torch.equal(ours['inputs'], theirs['inputs'])
