@@ -9,7 +9,8 @@
 # BENCHES the five op benchmarks, SANITIZE every benchmarks/sanitize/sanitize_*.py ("" runs none).
 # Benchmarks and sanitizer drivers are given as paths (benchmarks/ops/bench_x.py) and run as
 # modules.
-# Environment: OUT (default /tmp/out), PYTEST_WORKERS (default 8), REDET_TEST_GPUS (spread the
+# Environment: OUT (default /tmp/out), PYTEST_WORKERS (default 8), COMPILE_BYTECODE (1: compile the
+# environment's bytecode first, as pip does at install), REDET_TEST_GPUS (spread the
 # test workers over that many GPUs: tests/conftest.py), DAIN_SRC (default .peers/dain), DEADLINE_S (default 570:
 # every step's time limit is cut so that the call ends by then; keep it under the call's limit).
 # What comes back under $OUT (at most 8 files): the benchmarks' JSON (<name>.json), summary.txt
@@ -36,6 +37,17 @@ if [ -d .devwheels ]; then
   source .devwheels/install_wheels.sh .devwheels > "$LOGS/setup.log" 2>&1 || { cat "$LOGS/setup.log"; exit 1; }
 fi
 nvidia-smi --query-gpu=name,memory.used,clocks.sm --format=csv >> "$LOGS/setup.log"
+# COMPILE_BYTECODE=1: the environment's bytecode compiled, as pip leaves an install. The GPU
+# machine's python ships none and runs with PYTHONDONTWRITEBYTECODE=1, so without this every
+# process compiles torch, sympy and the rest from source (seconds of each tool's start-up:
+# benchmarks/profiling/startup_phases.py). About 20 s on 16 cores.
+if [ "${COMPILE_BYTECODE:-0}" = 1 ]; then
+  start=$(date +%s)
+  timeout "$(limit 120)" python3 -m compileall -q -j 16 \
+    "$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")" \
+    $(echo "${PYTHONPATH:-}" | tr ":" " ") redet_plugin tools > "$LOGS/compileall.log" 2>&1
+  say "bytecode compiled: $(( $(date +%s) - start )) s"
+fi
 source "$(dirname "${BASH_SOURCE[0]}")/_build_cxx.sh"  # CXX
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" TORCH_CUDA_ARCH_LIST=9.0
 # DAIN's kernels (two files) build beside ours; the flow benchmark then loads them without compiling.

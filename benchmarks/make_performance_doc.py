@@ -595,11 +595,19 @@ def huge_image(path, d):
          f"patches, writing the detections): {num(command)} s."] if command else [])
 
 
+BYTECODE = {
+    True: " The environment's bytecode was compiled, as pip leaves an install.",
+    False: " The environment had no compiled bytecode (the GPU machine's python ships none and "
+           "runs with PYTHONDONTWRITEBYTECODE=1), so every start compiled torch and the other "
+           "packages from source, which a start after a pip install does not do.",
+}
+
+
 def startup(path, d):
     parts = [f"From `python tools/train.py` and `python tools/test.py` (`{d['config']}`, a "
              f"checkpoint of its initial weights) to the end of their first {d['steps']} steps, "
              f"each tool in a fresh process, phase by phase (a step ends at a CUDA "
-             f"synchronisation)."]
+             f"synchronisation)." + BYTECODE.get(d.get('bytecode_compiled'), '')]
     for run in d['runs']:
         rows = [[row['phase'], num(row['seconds']), num(row['since_start'])]
                 for row in run['phases']]

@@ -9,8 +9,10 @@ warm-up and captures, the next steps).
 Each tool runs as users run it (`python tools/train.py CONFIG ...`), in a child process that
 marks the phases as it reaches them; a step's end is marked after torch.cuda.synchronize(). The
 child stops after `--steps` training steps or test images. Without --data-root, a synthetic
-DOTA-format set of 1024² images is generated first (not timed). --cpu: the tiny config on
-96² images, to check the script on a machine without a GPU.
+DOTA-format set of 1024² images is generated first (not timed). The result says whether the
+environment's bytecode was compiled (pip compiles it at install; on a machine without it every
+start compiles the packages from source: benchmarks/device_run.sh's COMPILE_BYTECODE=1 does it
+first). --cpu: the tiny config on 96² images, to check the script on a machine without a GPU.
 """
 import argparse
 import json
@@ -128,6 +130,16 @@ def measure(tool: str, argv: list, steps: int) -> dict:
     return dict(tool=tool, argv=argv, phases=rows, total_s=round(marks[-1][1], 3))
 
 
+def bytecode_compiled() -> bool:
+    """Whether torch's modules have their compiled bytecode, as pip leaves an install: without
+    it (and with PYTHONDONTWRITEBYTECODE set, as on the GPU machine) every start compiles torch,
+    sympy and the rest from source, seconds that a user's start does not spend."""
+    import importlib.util
+
+    import torch
+    return osp.exists(importlib.util.cache_from_source(torch.__file__))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--config', default=None)
@@ -161,7 +173,8 @@ def main(argv=None):
 
     from benchmarks.detector.bench_detector_vs_mmrotate import environment
     result = dict(config=osp.relpath(config, ROOT), steps=args.steps,
-                  environment=environment(torch.cuda.device_count()), runs=[train, test])
+                  environment=environment(torch.cuda.device_count()),
+                  bytecode_compiled=bytecode_compiled(), runs=[train, test])
     text = json.dumps(result, indent=1)
     if args.out:
         with open(args.out, 'w') as f:
