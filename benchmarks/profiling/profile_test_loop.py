@@ -13,11 +13,12 @@ hooks run inside the read-back), and each is reported without the parts inside i
 functions with the most time of their own and of their callees' (each with its callers),
 `--profiler torch` torch.profiler's ops and CUDA runtime calls by host time (a runtime call that
 waits for the GPU shows there), both over the same images; a profiler slows the loop, and from
-Python 3.12 on cProfile records every thread (the pin-memory thread's calls show up under the
-main thread's): the time per image of record is a run without one. Without --checkpoint the config's initial weights are tested (an
-untrained head keeps many boxes: the evaluator sees more than with trained weights). Without a
-data root in the options, a synthetic DOTA-format set is generated first (not timed). --cpu: the
-tiny config on 96² images, to check the script on a machine without a GPU.
+Python 3.12 on cProfile records every thread (the pin-memory thread's calls show up under the main
+thread's): the time per image of record is a run without one. Without --checkpoint the config's
+initial weights are tested (an untrained head keeps many boxes: the evaluator sees more than with
+trained weights). Without a data root in the options, a synthetic DOTA-format set is generated
+first (not timed). --cpu: the tiny config on 96² images, to check the script on a machine without a
+GPU.
 """
 import argparse
 import cProfile

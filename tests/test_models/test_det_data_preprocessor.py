@@ -49,7 +49,8 @@ def test_other_channel_counts_are_refused_by_name():
 
 
 def _on(sample):
-    return {t.device.type for t in (sample.gt_instances.labels, getattr(sample.gt_instances.bboxes, 'tensor', sample.gt_instances.bboxes))}
+    boxes = sample.gt_instances.bboxes
+    return {t.device.type for t in (sample.gt_instances.labels, getattr(boxes, 'tensor', boxes))}
 
 
 @pytest.mark.parametrize('training', [True, False])

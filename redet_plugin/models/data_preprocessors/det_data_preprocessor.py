@@ -69,8 +69,8 @@ class _ImageBatch(ImgDataPreprocessor):
         """mmengine's stack_batch: each image padded at its bottom and right to the largest
         height and width, rounded up to pad_size_divisor, with pad_value."""
         if len({x.dim() for x in images}) != 1:
-            raise ValueError(f'inputs: the images of a batch need the same number of dimensions; '
-                             f'got shapes {[tuple(x.shape) for x in images]}')
+            raise ValueError(f'inputs: the images of a batch need the same number of '
+                             f'dimensions; got shapes {[tuple(x.shape) for x in images]}')
         divisor = self.pad_size_divisor
         sizes = [max(x.shape[d] for x in images) for d in range(1, images[0].dim())]
         sizes = [math.ceil(size / divisor) * divisor for size in sizes]
