@@ -8,6 +8,7 @@ import math
 import os
 import os.path as osp
 import socket
+import uuid
 
 import torch
 
@@ -33,6 +34,14 @@ def once_per_run(tmp_path_factory, name: str, make):
         value = make()
         shared.write_text(json.dumps(value, default=float))
         return value
+
+
+def own_logger(prefix: str) -> str:
+    """A --cfg-options entry giving a tools run (main() called in the test's process) a logger
+    of its own. mmengine names a run's logger after its config and the second the run started,
+    and keeps one instance per name: a run started in the same second as an earlier one logs
+    into that run's file (and its work dir gets no log)."""
+    return f'experiment_name={prefix}-{uuid.uuid4().hex}'
 
 
 @contextlib.contextmanager

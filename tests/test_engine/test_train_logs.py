@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
+from tests._helpers import own_logger
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
@@ -29,7 +30,7 @@ def _options(data_root):
                               *(f'dataset.synthetic.{s}' for s in synthetic))]
     return per_loader + ['train_cfg.max_epochs=1', 'default_hooks.logger.interval=2',
                          'randomness.seed=0', f'visualizer.name=train-logs-{uuid.uuid4().hex}',
-                         f'experiment_name=train-logs-{uuid.uuid4().hex}']
+                         own_logger('train-logs')]
 
 
 @pytest.fixture(scope='module')

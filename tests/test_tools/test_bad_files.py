@@ -8,7 +8,6 @@ import os.path as osp
 import pickle
 import shutil
 import sys
-import uuid
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from mmengine.config import Config
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.datasets import (SYNTHETIC_CLASSES, ensure_synthetic_dota, generate_synthetic_dior,
                                    generate_synthetic_hrsc)
+from tests._helpers import own_logger
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
@@ -61,22 +61,16 @@ def options(data_root, workers=0, loaders=LOADERS):
     return found
 
 
-def _own_logger():
-    """A run's logger is mmengine's instance named after the second it started in: a run that
-    starts in the second of an earlier test's would log through that test's closed output."""
-    return f'experiment_name=bad-files-{uuid.uuid4().hex}'
-
-
 def train(tmp_path, *cfg_options, config=TINY):
     from tools.train import main
-    main([config, '--work-dir', str(tmp_path / 'work'), '--cfg-options', _own_logger(),
+    main([config, '--work-dir', str(tmp_path / 'work'), '--cfg-options', own_logger('bad-files'),
           *cfg_options])
 
 
 def run_test(tmp_path, checkpoint, *cfg_options):
     from tools.test import main
     return main([TINY, checkpoint, '--work-dir', str(tmp_path / 'work'), '--cfg-options',
-                 _own_logger(), *cfg_options])
+                 own_logger('bad-files'), *cfg_options])
 
 
 def one_line_error(capfd, run, match):
@@ -253,7 +247,7 @@ def test_train_refuses_a_bad_checkpoint_in_one_line_without_unpickling_it(how, b
     args = ['--resume', path] if how == 'resume' else []
     from tools.train import main
     one_line_error(capfd, lambda: main([TINY, '--work-dir', str(tmp_path / 'work'), *args, '--cfg-options',
-                                        _own_logger(), *options(data_root),
+                                        own_logger('bad-files'), *options(data_root),
                                         *([f'load_from={path}'] if how == 'load_from' else [])]),
                    rf"^error: checkpoint '{path}' {reason}")
     assert not osp.exists(marker)  # nothing of the file ran
@@ -298,7 +292,7 @@ def test_the_tools_read_a_checkpoint_once_weights_only(how, checkpoint, data_roo
     elif how == 'resume':
         from tools.train import main
         main([TINY, '--work-dir', str(tmp_path / 'work'), '--resume', path, '--cfg-options',
-              _own_logger(), *options(data_root), 'train_cfg.max_epochs=2'])
+              own_logger('bad-files'), *options(data_root), 'train_cfg.max_epochs=2'])
     else:
         train(tmp_path, *options(data_root), f'load_from={path}')
     assert [read for read in reads if read[0] == path] == [(path, True)]

@@ -19,7 +19,6 @@ import os.path as osp
 import re
 import shlex
 import sys
-import uuid
 
 import pytest
 from mmengine.config import Config
@@ -28,7 +27,7 @@ from mmengine.registry import DefaultScope
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.datasets import DIOR_CLASSES, DOTA_V2_CLASSES, DOTA_V15_CLASSES
 
-from tests._helpers import REPO
+from tests._helpers import REPO, own_logger
 
 sys.path.insert(0, REPO)
 TINY = osp.join(REPO, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
@@ -245,9 +244,8 @@ def test_train_and_test_on_a_generated_set_in_the_configs_layout(name, tmp_path,
     assert {classes.index(c) for c in renames.values()} <= labels
 
     work_dir = 'work'
-    # (each run its own logger: mmengine names one after the config and the second it started)
     train_main([config, '--work-dir', work_dir, '--cfg-options', 'train_cfg.max_epochs=1',
-                f'experiment_name=train-{uuid.uuid4().hex}'])
+                own_logger('train')])
     with open(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))[0]) as f:
         assert sum('"loss"' in line for line in f) == 2  # two iterations (batch 2 of 4 images)
     checkpoint = osp.join(work_dir, 'epoch_1.pth')
@@ -255,7 +253,7 @@ def test_train_and_test_on_a_generated_set_in_the_configs_layout(name, tmp_path,
 
     test_dir = 'test'
     metrics = test_main([config, checkpoint, '--work-dir', test_dir, '--cfg-options',
-                         f'experiment_name=test-{uuid.uuid4().hex}'])
+                         own_logger('test')])
     assert metric_names <= set(metrics), sorted(metrics)
     prefixes = {key.split('/')[0] for key in metric_names}
     assert {key.split('/')[0] for key in metrics} == prefixes

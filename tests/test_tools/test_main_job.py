@@ -6,7 +6,6 @@ import os.path as osp
 import shutil
 import subprocess
 import sys
-import uuid
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ from mmengine.config import Config
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
 from redet_plugin.datasets import DOTA_V1_CLASSES, DOTAAnnotationWarning
 
-from tests._helpers import once_per_run
+from tests._helpers import once_per_run, own_logger
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'configs/redet/redet-le90_re18_refpn_tiny-synthetic.py')
@@ -179,10 +178,8 @@ def test_test_runs_plain_convolutions_unless_told_equivariant(demo_run, tmp_path
     maps, logs = {}, {}
     for how, extra in (('plain', []), ('equivariant', ['--equivariant'])):
         out = str(tmp_path / how)
-        # mmengine names a run's logger by its config and second: a run in the same second as the
-        # run before would log to that run's file.
-        name = f'experiment_name=plain-{how}-{uuid.uuid4().hex}'
-        maps[how] = main([TINY, checkpoint, '--work-dir', out, *extra, *options, name])['dota/mAP']
+        maps[how] = main([TINY, checkpoint, '--work-dir', out, *extra, *options,
+                          own_logger(f'plain-{how}')])['dota/mAP']
         log_file, = glob.glob(osp.join(out, '*', '*.log'))
         logs[how] = open(log_file).read()
     assert '2 equivariant network(s) run as plain convolutions' in logs['plain']
