@@ -626,8 +626,8 @@ def test_loop(path, d):
     return [f"`tools/test.py {d['config']}{' ' + flags if flags else ''}` (the config's loader, "
             f"hooks and evaluator; {weights}), {d['images']} images after {d['warmup']} "
             f"unmeasured test steps: the main process's time per image by what it is doing. A "
-            f"part nested in another (the evaluator and the hooks run inside the read-back of the image before) "
-            f"counts in its own row only." + (
+            f"part nested in another (the evaluator and the hooks run inside the read-back of "
+            f"the image before) counts in its own row only." + (
                 " An untrained head keeps many boxes in every image (up to the test's limit), so "
                 "the evaluator's matching, most of the metric at the end, weighs far more than "
                 "with trained weights." if d['checkpoint'] == 'initial weights' else ''),
