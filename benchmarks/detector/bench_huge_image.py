@@ -162,7 +162,16 @@ def main(argv=None):
     if not args.skip_mmrotate and not args.mmrotate_config:
         raise SystemExit('--mmrotate-config is needed unless --skip-mmrotate')
     import redet_plugin.mm  # noqa: F401  (registers the mm layer)
-    work = tempfile.mkdtemp(prefix='huge_image_')
+    with tempfile.TemporaryDirectory(prefix='huge_image_') as work:
+        result = measure(args, work)
+    with open(args.out, 'w') as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(result['runs'], indent=1))
+    return result
+
+
+def measure(args, work):
+    """Times ours (and mmrotate's) on a mosaic written under `work`; returns the result."""
     detector = our_detector(args, 1)
     classes = detector.classes  # (the checkpoint's: the mosaic's labels follow them)
     image, image_size, gts = make_mosaic(args.data_root, args.tiles, work, classes)
@@ -190,9 +199,6 @@ def main(argv=None):
             ours = result['runs'][name]
             ours['speedup_vs_mmrotate'] = round(theirs['median_s'] / ours['median_s'], 2)
             ours['ap50_minus_mmrotate'] = round(ours['ap50'] - theirs['ap50'], 4)
-    with open(args.out, 'w') as f:
-        json.dump(result, f, indent=1)
-    print(json.dumps(result['runs'], indent=1))
     return result
 
 
