@@ -43,7 +43,8 @@ class _ImageBatch(ImgDataPreprocessor):
             if inputs.dim() != 4:
                 raise ValueError(f'inputs: a batch tensor must be (B, C, H, W); got shape '
                                  f'{tuple(inputs.shape)}')
-            batch = self._stacked(list(self._prepared(inputs, dim=1)))
+            batch = self._prepared(inputs, dim=1)
+            batch = _padded(batch, self._padded_sizes([batch.shape[2:]]), self.pad_value)
         else:
             raise TypeError(f'inputs: expected a list of (C, H, W) tensors or a (B, C, H, W) '
                             f'tensor; got {type(inputs).__name__}')
@@ -71,15 +72,13 @@ class _ImageBatch(ImgDataPreprocessor):
         if len({x.dim() for x in images}) != 1:
             raise ValueError(f'inputs: the images of a batch need the same number of '
                              f'dimensions; got shapes {[tuple(x.shape) for x in images]}')
+        sizes = self._padded_sizes([x.shape[1:] for x in images])
+        return torch.stack([_padded(x, sizes, self.pad_value) for x in images])
+
+    def _padded_sizes(self, shapes: list) -> list:
+        """The largest of each trailing size, rounded up to pad_size_divisor."""
         divisor = self.pad_size_divisor
-        sizes = [max(x.shape[d] for x in images) for d in range(1, images[0].dim())]
-        sizes = [math.ceil(size / divisor) * divisor for size in sizes]
-        padded = []
-        for x in images:
-            pad = [0] * (2 * len(sizes))
-            pad[1::2] = [size - have for size, have in zip(sizes[::-1], x.shape[:0:-1])]
-            padded.append(F.pad(x, pad, value=self.pad_value) if any(pad) else x)
-        return torch.stack(padded)
+        return [math.ceil(max(sizes) / divisor) * divisor for sizes in zip(*shapes)]
 
 
 @register(MODELS)
@@ -114,3 +113,10 @@ def _swapped(x: torch.Tensor, dim: int) -> torch.Tensor:
         raise ValueError(f'inputs: bgr_to_rgb/rgb_to_bgr swaps 3 channels, got {x.shape[dim]} '
                          f'channels (shape {tuple(x.shape)})')
     return x.flip(dim)
+
+
+def _padded(x: torch.Tensor, sizes: list, value) -> torch.Tensor:
+    """`x` padded at the end of its trailing dimensions to `sizes` (no copy when it fits)."""
+    pad = [0] * (2 * len(sizes))
+    pad[1::2] = [size - have for size, have in zip(sizes[::-1], x.shape[::-1])]
+    return F.pad(x, pad, value=value) if any(pad) else x
