@@ -241,3 +241,17 @@ def test_a_batchs_results_are_used_after_the_next_batch_is_asked_for():
                                  batch_size=3)
     for a, b in zip(found, expected):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize('pinned', [False, pytest.param(True, marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason='needs a CUDA device (pinned memory)'))])
+def test_patch_pixels_go_channels_first_in_memory_of_their_own(pinned):
+    """The (C, H, W) tensor a patch enters the model as: the pixels transposed, a copy (the patch
+    buffer is reused), pinned for a GPU so that its copy does not wait for the queued forward."""
+    from redet_plugin.inference.detector import channels_first
+    pixels = np.random.default_rng(0).integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    found = channels_first(pixels, pinned)
+    assert found.is_contiguous() and found.is_pinned() == pinned
+    np.testing.assert_array_equal(found.numpy(), pixels.transpose(2, 0, 1))
+    pixels[:] = 0
+    assert found.numpy().any()
