@@ -691,9 +691,10 @@ def compiled_package(path, d):
         parts.append("The AOTInductor package ran as loaded by `redet_plugin.deploy.load`, "
                      "replayed as one CUDA graph (its default on a GPU).")
     if runs.get('compiled', {}).get('tf32'):
+        model = ("the model too (`model.tf32_predict`)" if runs.get('test_step', {}).get('tf32')
+                 else "the model in full float32 (torch's default)")
         parts.append("The packages ran their float32 matrix products (the R-CNN heads' linear "
-                     "layers) in TF32, `load`'s default on a GPU; the model as `tools/test.py` "
-                     "runs it, in full float32 (torch's default). Both run float32 "
+                     f"layers) in TF32, `load`'s default on a GPU; {model}. All ran float32 "
                      "convolutions in TF32 (cuDNN's default).")
     peer = runs.get('mmrotate_test', {})
     if 'end_to_end_ms_per_image' in peer:

@@ -140,9 +140,11 @@ def tiny_model_cfg(num_classes=3):
     cfg.train_cfg.rcnn[0].sampler.num = cfg.train_cfg.rcnn[1].sampler.num = 64
     cfg.test_cfg.rpn.update(nms_pre=200, max_per_img=100)
     cfg.train_cfg.rpn_proposal.update(nms_pre=200, max_per_img=100)
-    # the configs capture the whole step and test forward on a GPU; the tests' reference model
-    # runs them eagerly (backbone + neck as graphs) and each graph test turns its graphs on
-    cfg.update(cuda_graph_features=True, cuda_graph_step=False, cuda_graph_predict=False)
+    # the configs capture the whole step and test forward on a GPU and run the test forward's
+    # matrix products in TF32; the tests' reference model runs them eagerly (backbone + neck as
+    # graphs) in torch's precision, and each test of an option turns it on
+    cfg.update(cuda_graph_features=True, cuda_graph_step=False, cuda_graph_predict=False,
+               tf32_predict=False)
     return cfg
 
 

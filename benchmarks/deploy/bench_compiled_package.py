@@ -125,7 +125,7 @@ def test_step_runner(args):
     from redet_plugin.inference import RotatedDetector
     detector = RotatedDetector(args.config, args.checkpoint, device=args.device,
                                patch_size=args.image_size, patch_overlap=0)
-    return lambda image: len(detector.predict_patches([image])[0].scores)
+    return lambda image: len(detector.predict_patches([image])[0].scores), detector
 
 
 def package_runner(args, work_dir, name, export_arguments=None):
@@ -209,7 +209,9 @@ def timed_run(name, args, paths, images, work_dir):
         ms, end_to_end_ms, counts = mmrotate_test_run(args, paths, work_dir)
         return ms, counts, dict(end_to_end_ms_per_image=round(end_to_end_ms, 2))
     if name == 'test_step':
-        run_one, extra = test_step_runner(args), {}
+        run_one, detector = test_step_runner(args)
+        extra = dict(tf32=bool(getattr(detector.model, 'tf32_predict', False)
+                               and detector.device.type == 'cuda'))
     else:
         run_one, made_s, detector = package_runner(args, work_dir, name)
         extra = dict(export_s=round(made_s, 1))

@@ -6,7 +6,7 @@ NMS are captured once and replayed with one launch per batch; the cut of the rep
 results is the one read-back of a batch.
 
 One graph per (input shape and dtype, the metainfo the forward turns into Python numbers,
-rescale, grad and inference mode, autocast dtype, module state), up to `max_graphs`, all in one
+rescale, grad and inference mode, autocast dtype, TF32 settings, module state), up to `max_graphs`, all in one
 memory pool; the first forward of each runs eagerly (lazily built caches: anchors, the
 eval-mode filters). Past `max_graphs`, for inputs not on CUDA, with grad enabled, or after a
 capture failed, the eager forward runs, with one line naming why. A replaced parameter, buffer
@@ -20,6 +20,7 @@ from torch import nn
 
 from ..structures.padded_results import keep_padding
 from ..utils.cuda_capture import capture_graph
+from ..utils.precision import tf32_settings
 from .graph_cache import GraphCache
 from .module_walk import ModuleWalk
 from .step_graphs import hashable
@@ -75,7 +76,7 @@ class PredictGraphs(GraphCache):
         walk = ModuleWalk(model)
         amp = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
         key = (tuple(inputs.shape), inputs.dtype, inputs.device, bool(rescale),
-               torch.is_inference_mode_enabled(), amp,
+               torch.is_inference_mode_enabled(), amp, tf32_settings(),
                tuple(tuple(hashable(s.metainfo.get(k)) for k in PREDICT_META_KEYS)
                      for s in samples),
                walk.state_key())

@@ -4,7 +4,6 @@ The package's forward takes one (H, W, 3) uint8 BGR image of its input size and 
 max_detections fixed-size rows (valid ones first) and their count; this class pads smaller
 images, refuses larger ones, and cuts the rows to the count.
 """
-import contextlib
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
@@ -13,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import redet_plugin.ops  # noqa: F401  (registers the custom ops the package calls, before loading)
+from redet_plugin.utils.precision import tf32_matmuls
 
 from .compatibility import check_versions, run_device
 from .graphed_forward import GraphedForward
@@ -77,7 +77,7 @@ class DeployedDetector:
         pixels = self._padded(_as_image_tensor(image))
         if self.device.type == 'cuda':
             pixels = self._uploaded(pixels)
-        with _tf32_matmuls(self.tf32):
+        with tf32_matmuls(self.tf32):
             outputs = self._forward(pixels)
         boxes, scores, labels, count = self._to_host(outputs)
         count = int(count)
@@ -155,21 +155,6 @@ def load(path: str, device: Optional[str] = None, cuda_graph: bool = True,
         raise ValueError(f'package {path!r}: unknown kind {meta["kind"]!r} (expected program '
                          f'or compiled)')
     return DeployedDetector(forward, meta, chosen, path, tf32=tf32 and chosen.type == 'cuda')
-
-
-@contextlib.contextmanager
-def _tf32_matmuls(enabled: bool):
-    """TF32 in CUDA matrix products for the block when `enabled` (a captured graph keeps the
-    kernels chosen while it was captured), torch's setting as it was after it."""
-    if not enabled:
-        yield
-        return
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
 
 
 def _as_image_tensor(image) -> Tensor:

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests._helpers import REPO
 
 from .conftest import IMAGE_SIZE
@@ -38,20 +40,21 @@ def test_fresh_process_loads_no_training_stack(program_package):
     assert 'redet_plugin.ops' in report['stages']['import']
 
 
-# the one module of another part that deploy/ uses: capturing a CUDA graph so that a failed capture
-# leaves torch's generator working
-TORCH_ONLY_HELPER = 'redet_plugin.utils.cuda_capture'
+# the modules of another part that deploy/ uses: capturing a CUDA graph so that a failed capture
+# leaves torch's generator working; TF32 for the matrix products of a block
+TORCH_ONLY_HELPERS = ('redet_plugin.utils.cuda_capture', 'redet_plugin.utils.precision')
 
 
 def test_deploy_source_imports_torch_and_ops_only():
     from tests.test_package_layers import _offenders
     offenders = [found for found in _offenders('deploy', {'ops'}, allowed_libraries={'torch'})
-                 if not found.split(': ')[1].startswith(TORCH_ONLY_HELPER)]
+                 if not found.split(': ')[1].startswith(TORCH_ONLY_HELPERS)]
     assert not offenders, f'deploy/ imports more than torch and redet_plugin.ops: {offenders}'
 
 
-def test_deploys_capture_helper_imports_torch_only():
+@pytest.mark.parametrize('helper', TORCH_ONLY_HELPERS)
+def test_deploys_helpers_import_torch_only(helper):
     from tests.test_package_layers import PACKAGE_DIR, imported_modules
-    path = PACKAGE_DIR.parent.joinpath(*TORCH_ONLY_HELPER.split('.')).with_suffix('.py')
+    path = PACKAGE_DIR.parent.joinpath(*helper.split('.')).with_suffix('.py')
     libraries = {name.split('.')[0] for name in imported_modules(path)}
     assert libraries <= {'torch'} | set(sys.stdlib_module_names), sorted(libraries)

@@ -31,6 +31,9 @@ model = dict(
     # use: no layout conversion around each convolution, a faster step in fp32 and under --amp
     # (docs/performance.md); the same results. False: NCHW
     channels_last=True,
+    # on a GPU, the test forward's float32 matrix products (the R-CNN heads' linear layers) in
+    # TF32, as cuDNN runs the float32 convolutions (docs/detector.md). False: full float32 there
+    tf32_predict=True,
     backbone=dict(
         type='RedetReResNet',
         depth=50,

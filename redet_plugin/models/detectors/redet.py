@@ -17,6 +17,7 @@ from torch import Tensor
 
 from redet_plugin.cuda_graphs import CudaGraphDetectorMixin
 from redet_plugin.structures import rbox2hbox
+from redet_plugin.utils.precision import tf32_matmuls
 from redet_plugin.utils.registration import register
 
 
@@ -45,15 +46,28 @@ class ReDet(CudaGraphDetectorMixin, TwoStageDetector):
             images are converted once, and cuDNN's convolutions then need no layout conversion
             of their own (which they make for NCHW tensors in fp16 and TF32). False (default):
             NCHW, as mmdet.
+        tf32_predict: on a GPU, run the test forward's float32 matrix products (the R-CNN
+            heads' linear layers) in TF32 while cuDNN runs float32 convolutions in TF32
+            (torch.backends.cudnn.allow_tf32, torch's default): one precision for the whole
+            forward, as the deployed package runs it. False (default): torch's matmul setting
+            decides (full float32 by default).
         cuda_graph_features, cuda_graph_step, cuda_graph_predict: CudaGraphDetectorMixin's.
         Other arguments: TwoStageDetector's.
     """
 
-    def __init__(self, *args, channels_last=False, **kwargs):
+    def __init__(self, *args, channels_last=False, tf32_predict=False, **kwargs):
         super().__init__(*args, **kwargs)
-        if not isinstance(channels_last, bool):
-            raise TypeError(f'channels_last: expected True or False, got {channels_last!r}')
+        for name, value in (('channels_last', channels_last), ('tf32_predict', tf32_predict)):
+            if not isinstance(value, bool):
+                raise TypeError(f'{name}: expected True or False, got {value!r}')
         self.channels_last = channels_last
+        self.tf32_predict = tf32_predict
+
+    def predict(self, batch_inputs: Tensor, batch_data_samples: SampleList,
+                rescale: bool = True) -> SampleList:
+        tf32 = self.tf32_predict and batch_inputs.is_cuda and torch.backends.cudnn.allow_tf32
+        with tf32_matmuls(tf32):
+            return super().predict(batch_inputs, batch_data_samples, rescale=rescale)
 
     def extract_feat(self, batch_inputs: Tensor) -> tuple:
         if self.channels_last:
