@@ -169,6 +169,7 @@ def mean_ap(gt_items, dets, classes):
 VARIANTS = {
     'defaults': ({}, True),
     'tf32_off': ({}, False),
+    'no_tf32_predict': ({'model.tf32_predict': False}, True),
     'no_channels_last': ({'model.channels_last': False}, True),
     'no_predict_graph': ({'model.cuda_graph_predict': False}, True),
     'plain': ({'model.channels_last': False, 'model.cuda_graphs': False}, False),
