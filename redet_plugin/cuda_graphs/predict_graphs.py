@@ -8,9 +8,9 @@ results is the one read-back of a batch.
 One graph per (input shape and dtype, the metainfo the forward turns into Python numbers,
 rescale, grad and inference mode, autocast dtype, TF32 settings, module state), up to
 `max_graphs`, all in one memory pool; the first forward of each runs eagerly (lazily built
-caches: anchors, the eval-mode filters). Past `max_graphs`, for inputs not on CUDA, with grad enabled, or after a
-capture failed, the eager forward runs, with one line naming why. A replaced parameter, buffer
-or cached filter makes its graph be captured again.
+caches: anchors, the eval-mode filters). Past `max_graphs`, for inputs not on CUDA, with grad
+enabled, or after a capture failed, the eager forward runs, with one line naming why. A
+replaced parameter, buffer or cached filter makes its graph be captured again.
 """
 from typing import List, Optional
 
