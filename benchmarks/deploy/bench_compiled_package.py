@@ -210,8 +210,8 @@ def timed_run(name, args, paths, images, work_dir):
         return ms, counts, dict(end_to_end_ms_per_image=round(end_to_end_ms, 2))
     if name == 'test_step':
         run_one, detector = test_step_runner(args)
-        extra = dict(tf32=bool(getattr(detector.model, 'tf32_predict', False)
-                               and detector.device.type == 'cuda'))
+        tf32 = getattr(detector.model, 'predict_matmuls_in_tf32', lambda device: False)
+        extra = dict(tf32=bool(tf32(detector.device)))
     else:
         run_one, made_s, detector = package_runner(args, work_dir, name)
         extra = dict(export_s=round(made_s, 1))

@@ -58,6 +58,7 @@ def _matmul_tf32_seen(model, device):
 def test_a_cpu_forward_leaves_the_flag_alone(matmul_tf32_off):
     model = tiny_detector().eval()
     model.tf32_predict = True
+    assert not model.predict_matmuls_in_tf32('cpu')
     assert _matmul_tf32_seen(model, 'cpu') == {False}
     assert not torch.backends.cuda.matmul.allow_tf32
 
@@ -69,9 +70,11 @@ def test_gpu_forward_follows_cudnn_and_each_setting_has_its_graph(matmul_tf32_of
     assert _matmul_tf32_seen(model, 'cuda') == {False}  # (the option is off by default)
     model.tf32_predict = True
     assert torch.backends.cudnn.allow_tf32
+    assert model.predict_matmuls_in_tf32('cuda')
     assert _matmul_tf32_seen(model, 'cuda') == {True}
     assert not torch.backends.cuda.matmul.allow_tf32
     with full_fp32():
+        assert not model.predict_matmuls_in_tf32('cuda')
         assert _matmul_tf32_seen(model, 'cuda') == {False}
     # captured: a graph per setting (a replay keeps the kernels of its capture)
     model.predict_graphs = PredictGraphs(max_graphs=4)

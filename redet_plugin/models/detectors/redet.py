@@ -63,10 +63,15 @@ class ReDet(CudaGraphDetectorMixin, TwoStageDetector):
         self.channels_last = channels_last
         self.tf32_predict = tf32_predict
 
+    def predict_matmuls_in_tf32(self, device) -> bool:
+        """Whether a test forward on `device` runs its float32 matrix products in TF32 (see
+        tf32_predict), with torch's settings as they are now."""
+        return (self.tf32_predict and torch.device(device).type == 'cuda'
+                and torch.backends.cudnn.allow_tf32)
+
     def predict(self, batch_inputs: Tensor, batch_data_samples: SampleList,
                 rescale: bool = True) -> SampleList:
-        tf32 = self.tf32_predict and batch_inputs.is_cuda and torch.backends.cudnn.allow_tf32
-        with tf32_matmuls(tf32):
+        with tf32_matmuls(self.predict_matmuls_in_tf32(batch_inputs.device)):
             return super().predict(batch_inputs, batch_data_samples, rescale=rescale)
 
     def extract_feat(self, batch_inputs: Tensor) -> tuple:
