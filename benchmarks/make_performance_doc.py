@@ -621,8 +621,10 @@ def startup(path, d):
 
 
 def test_loop(path, d):
-    flags = ' '.join(option for option in d['tool_argv'] if option.startswith('--') and
-                     option not in ('--work-dir', '--cfg-options'))
+    flags = [option for option in d['tool_argv'] if option.startswith('--') and
+             option not in ('--work-dir', '--cfg-options')]
+    model_options = [option for option in d['tool_argv'] if option.startswith('model.')]
+    flags = ' '.join(flags + (['--cfg-options'] + model_options if model_options else []))
     rows = [[part, num(ms), f"{100 * ms / d['ms_per_image']:.0f}%"]
             for part, ms in d['parts_ms'].items()]
     weights = d['checkpoint'] if d['checkpoint'] == 'initial weights' else \
@@ -743,6 +745,10 @@ SECTIONS = [
      huge_image),
     ('Where tools/test.py spends each image', 'test_loop',
      'benchmarks/profiling/profile_test_loop.py', test_loop),
+    ('Where tools/test.py spends each image, matrix products in full float32',
+     'full_fp32_test_loop',
+     'benchmarks/profiling/profile_test_loop.py -- --cfg-options model.tf32_predict=False',
+     test_loop),
     ('Where tools/test.py --amp spends each image', 'amp_test_loop',
      'benchmarks/profiling/profile_test_loop.py -- --amp', test_loop),
     ('Start-up of the tools', 'startup', 'benchmarks/profiling/startup_phases.py', startup),
