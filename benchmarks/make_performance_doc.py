@@ -591,8 +591,10 @@ def huge_image(path, d):
             f"patch a forward). The first call includes the warm-up; then the median of later "
             f"calls; ours also from the image already decoded (the model, the patches and the "
             f"merge alone). AP50 against the mosaic's objects (VOC07 11 points)." + (
-                f" Decoding the image file takes {num(d['image_read_s'])} s of each call."
-                if 'image_read_s' in d else ''),
+                f" Decoding the image file (PNG): {num(d['opencv_read_s'])} s by OpenCV "
+                f"(mmrotate's read)" + (f", {num(d['our_decode_s'])} s by ours (in bands, "
+                                        f"while the patches above run)" if 'our_decode_s' in d
+                                        else '') + "." if 'opencv_read_s' in d else ''),
             table(['run', 'first call (s)', 'median (s)', 'median, image decoded (s)',
                    'detections', 'AP50', 'speed-up over mmrotate'], rows)] + (
         [f"`tools/infer.py` on the image, end to end in its own process (start-up, model, "

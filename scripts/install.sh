@@ -40,9 +40,9 @@ if ! have mmcv==2.1.0; then
       "${PIP[@]}" -c "$CONSTRAINTS" --no-cache-dir --no-build-isolation mmcv==2.1.0
   fi
 fi
-if ! have mmengine==0.10.7 mmdet==3.3.0 e2cnn==0.2.3 pytest==8.4.2 hypothesis==6.155.2; then
-  echo "[install] mmengine, mmdet, e2cnn, test tools"
-  "${PIP[@]}" -c "$CONSTRAINTS" mmengine==0.10.7 mmdet==3.3.0 e2cnn==0.2.3 \
+if ! have mmengine==0.10.7 mmdet==3.3.0 e2cnn==0.2.3 isal==1.9.1 pytest==8.4.2 hypothesis==6.155.2; then
+  echo "[install] mmengine, mmdet, e2cnn, isal, test tools"
+  "${PIP[@]}" -c "$CONSTRAINTS" mmengine==0.10.7 mmdet==3.3.0 e2cnn==0.2.3 isal==1.9.1 \
     pytest==8.4.2 hypothesis==6.155.2 shapely opencv-python-headless matplotlib scipy tqdm
 fi
 # mmrotate (pure Python) for the interop tests; --no-deps: its requirements would pull torchvision

@@ -1,9 +1,11 @@
 """Images for inference, read by regions and given to the model as 3-channel 8-bit BGR.
 
 Uncompressed TIFF, BMP and PPM/PGM files are memory-mapped: a region read touches only its own
-rows, so an image of any size costs no memory of its own. Other formats (PNG, JPEG, compressed
-TIFF) cannot be read by regions with OpenCV or Pillow; they are decoded once, whole, in their own
-pixel type, and each region is converted when it is read.
+rows, so an image of any size costs no memory of its own. An 8-bit PNG (gray, RGB, RGBA, not
+interlaced) is decoded band by band in the background (png_bands.py): a region can be read as soon
+as its rows are decoded, so the patches at the top run while the rest of the file is decoded.
+Other formats (JPEG, compressed TIFF, other PNGs) cannot be read by regions with OpenCV or Pillow;
+they are decoded once, whole, in their own pixel type, and each region is converted when it is read.
 
 Conversion to what the detector was trained on (3-channel 8-bit BGR, as OpenCV reads a colour image):
 - grayscale (one channel, or gray + alpha): the gray value in all three channels;
@@ -17,6 +19,8 @@ from typing import Optional, Tuple, Union
 
 import cv2
 import numpy as np
+
+from .png_bands import PngDecodeError, open_png_bands
 
 # Pillow's raw modes that map onto a plain array: numpy dtype, channels, channel order
 _RAW_MODES = {'L': ('u1', 1, 'bgr'), 'RGB': ('u1', 3, 'rgb'), 'BGR': ('u1', 3, 'bgr'),
@@ -47,7 +51,8 @@ class ImageSource:
             path = str(image)
             self.name = name or osp.splitext(osp.basename(path))[0]
             pixels, order = _open(path)
-            self.memory_mapped = isinstance(pixels.base, np.memmap) or isinstance(pixels, np.memmap)
+            base = getattr(pixels, 'base', None)
+            self.memory_mapped = isinstance(base, np.memmap) or isinstance(pixels, np.memmap)
         label = f'image {self.name!r}' if isinstance(image, np.ndarray) else f'image {str(image)!r}'
         if pixels.ndim == 3 and pixels.shape[2] == 1:
             pixels = pixels[:, :, 0]
@@ -68,7 +73,11 @@ class ImageSource:
 
     def read(self, top: int, left: int, height: int, width: int) -> np.ndarray:
         """Pixels [top, top + height) x [left, left + width), clipped to the image, as uint8 BGR."""
-        region = self._pixels[max(top, 0):max(top + height, 0), max(left, 0):max(left + width, 0)]
+        rows, cols = slice(max(top, 0), max(top + height, 0)), slice(max(left, 0), max(left + width, 0))
+        try:
+            region = self._pixels[rows, cols]
+        except PngDecodeError as error:  # a fault found past the rows read so far
+            raise ImageReadError(str(error)) from None
         return to_bgr8(region, self._peak, self._rgb)
 
 
@@ -99,6 +108,12 @@ def _open(path: str) -> Tuple[np.ndarray, str]:
     mapped = _memory_map(path)
     if mapped is not None:
         return mapped
+    try:
+        bands = open_png_bands(path)
+    except PngDecodeError as error:
+        raise ImageReadError(str(error)) from None
+    if bands is not None:
+        return bands, 'bgr'
     pixels = cv2.imread(path, cv2.IMREAD_UNCHANGED)
     if pixels is None:
         raise ImageReadError(f'image {path!r} cannot be read (not an image, or a format OpenCV does not read)')
