@@ -41,13 +41,12 @@ def _filtered(rows: np.ndarray, filters, bpp: int) -> bytes:
     return b''.join(out)
 
 
-def _chunk(kind: bytes, data: bytes, crc_delta: int = 0) -> bytes:
-    crc = (zlib.crc32(data, zlib.crc32(kind)) + crc_delta) & 0xFFFFFFFF
-    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', crc)
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(data, zlib.crc32(kind)))
 
 
 def write_png(path, pixels: np.ndarray, filters=None, idat_size: int = 997, interlace: int = 0,
-              extra_chunks=(), compressed=None, crc_delta: int = 0) -> str:
+              extra_chunks=(), compressed=None) -> str:
     """An 8-bit PNG of `pixels` ((H, W) gray, or (H, W, 3 | 4) in RGB(A) order) with the given
     filter per row (default: the five in turn), its data cut into IDAT chunks of idat_size."""
     height, width = pixels.shape[:2]
@@ -56,7 +55,7 @@ def write_png(path, pixels: np.ndarray, filters=None, idat_size: int = 997, inte
     data = compressed if compressed is not None else zlib.compress(
         _filtered(pixels.reshape(height, -1), filters, channels), 6)
     header = struct.pack('>IIBBBBB', width, height, 8, COLOUR_TYPES[channels], 0, 0, interlace)
-    idats = b''.join(_chunk(b'IDAT', data[i:i + idat_size], crc_delta if i else 0)
+    idats = b''.join(_chunk(b'IDAT', data[i:i + idat_size])
                      for i in range(0, len(data), idat_size))
     with open(path, 'wb') as f:
         f.write(b'\x89PNG\r\n\x1a\n' + _chunk(b'IHDR', header) + b''.join(extra_chunks) + idats +
@@ -170,10 +169,22 @@ def test_corrupt_data_past_the_first_band_fails_the_read_of_those_rows_naming_th
         bands[0:200, 0:64]
 
 
-def test_a_bad_crc_is_named(tmp_path):
-    path = write_png(tmp_path / 'f.png', _pixels(100, 40, 3), idat_size=500, crc_delta=1)
-    with pytest.raises(ImageReadError, match=r"f\.png.*CRC"):
-        ImageSource(path).read(0, 0, 100, 40)
+def test_corrupt_data_that_inflates_fails_the_read_of_the_last_rows(tmp_path, monkeypatch):
+    """A changed byte in stored data inflates: the stream's checksum catches it, at its end, and
+    the last band waits for that check."""
+    monkeypatch.setattr(png_bands, '_READ_BYTES', 1000)
+    pixels = _pixels(120, 64, 3)
+    stream = bytearray(_stored_zlib(_filtered(pixels.reshape(120, -1), [1] * 120, 3), 1000, bad_block=-1))
+    stream[len(stream) // 2] ^= 0x40
+    # the checksum in a chunk of its own: all the rows are inflated before it is read
+    path = write_png(tmp_path / 'f.png', pixels, compressed=bytes(stream), idat_size=len(stream) - 4)
+    bands = _small_bands(path, 30)  # 4 bands: 120 rows is a whole number of them
+    bands[0:90, 0:64]
+    with pytest.raises(PngDecodeError, match=r"f\.png.*cannot be decoded"):
+        bands[0:120, 0:64]
+    with pytest.raises(ImageReadError, match=r"f\.png"):
+        source = ImageSource(path)
+        source.read(100, 0, 20, 64)
 
 
 def test_a_truncated_file_fails_the_reads_past_its_end(tmp_path):
