@@ -81,8 +81,9 @@ class PngBands:
 
     `shape`, `ndim`, `dtype` as the decoded array's; `pixels[rows, cols]` (two slices) waits
     until those rows are decoded. The first band is decoded before the constructor returns, so a
-    file that is not a PNG at all fails there; a fault further on (corrupt or missing data) raises PngDecodeError from the first read of the rows it leaves undecoded. Dropping
-    the object, or the interpreter's exit, stops the decoding at its next band.
+    file that is not a PNG at all fails there; a fault further on (corrupt or missing data)
+    raises PngDecodeError from the first read of the rows it leaves undecoded. Dropping the
+    object, or the interpreter's exit, stops the decoding at its next band.
     """
 
     def __init__(self, path: str, layout: PngLayout, band_bytes: int = _BAND_BYTES) -> None:
@@ -174,6 +175,8 @@ class _BandDecoder:
         except Exception as error:  # noqa: B902 (anything else is a fault of the file too)
             self._set_error(PngDecodeError(f'PNG {self.path!r} cannot be decoded: {error}'))
         finally:  # (the inflate thread ends at its next band)
+            if self._done < self.shape[0] and self._error is None:  # no reader may wait forever
+                self._set_error(PngDecodeError(f'PNG {self.path!r}: decoding ended early'))
             self._stopped.set()
             self._threads[0].join()
             _RUNNING.discard(self)
