@@ -14,6 +14,7 @@ returns None for the others, which are decoded whole. The pixels are those of
 cv2.imread(path, cv2.IMREAD_UNCHANGED): gray (H, W), BGR or BGRA (H, W, C).
 """
 import atexit
+import os
 import queue
 import struct
 import threading
@@ -110,7 +111,7 @@ class _BandDecoder:
         self._pixels = np.empty(self.shape, np.uint8)
         self._row_bytes = 1 + layout.width * channels  # the filter byte, then the samples
         self._band_rows = max(1, band_bytes // self._row_bytes)
-        self._done, self._error = 0, None
+        self._done, self._error, self._forked = 0, None, False
         self._changed, self._stopped = threading.Condition(), threading.Event()
         bands = self._filtered_bands()
         try:
@@ -130,6 +131,8 @@ class _BandDecoder:
 
     def pixels_when_decoded(self, rows: slice, cols: slice) -> np.ndarray:
         needed = min(max(rows.stop if rows.stop is not None else self.shape[0], 0), self.shape[0])
+        if self._forked and self._done < needed and self._error is None:
+            self._decode_the_rest_whole()
         with self._changed:
             self._changed.wait_for(lambda: self._done >= needed or self._error is not None)
             if self._done < needed:
@@ -138,6 +141,19 @@ class _BandDecoder:
 
     def stop(self) -> None:
         self._stopped.set()
+
+    def after_fork(self) -> None:
+        """In a child process the threads are gone (and their lock may have been held): the
+        rows not yet decoded are decoded whole, by the first read that needs them."""
+        self._changed, self._forked = threading.Condition(), True
+
+    def _decode_the_rest_whole(self) -> None:
+        pixels = cv2.imread(self.path, cv2.IMREAD_UNCHANGED)
+        if pixels is None or pixels.shape != self.shape:
+            self._error = PngDecodeError(f'PNG {self.path!r} cannot be decoded by OpenCV')
+            return
+        self._pixels[self._done:] = pixels[self._done:]
+        self._done = self.shape[0]
 
     def join(self, timeout: float) -> None:
         for thread in self._threads:
@@ -273,8 +289,19 @@ def open_png_bands(path: str) -> Optional[PngBands]:
 
 
 # Decoders still running: stopped and joined at exit, before the interpreter ends their threads
-# (a daemon thread ended inside OpenCV's C++ aborts the process).
+# (a daemon thread ended inside OpenCV's C++ aborts the process); in a forked child (a data
+# loader's worker), finished there without threads.
 _RUNNING = set()
+
+
+def _continue_in_a_child_process() -> None:
+    for decoder in _RUNNING:
+        decoder.after_fork()
+    _RUNNING.clear()
+
+
+if hasattr(os, 'register_at_fork'):  # (POSIX)
+    os.register_at_fork(after_in_child=_continue_in_a_child_process)
 
 
 @atexit.register

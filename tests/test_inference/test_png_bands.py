@@ -224,3 +224,28 @@ def test_exiting_while_decoding_ends_cleanly(tmp_path):
     done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert 'terminate' not in done.stderr
+
+
+@pytest.mark.skipif(not hasattr(__import__('os'), 'fork'), reason='needs os.fork')
+def test_a_forked_child_reads_rows_that_were_not_decoded_at_the_fork(tmp_path):
+    """A data loader's worker forked while the threads run has none of them."""
+    import os
+    import warnings
+    path = write_png(tmp_path / 'k.png', _pixels(3000, 400, 3), idat_size=1 << 16)
+    expected = cv2.imread(path, cv2.IMREAD_UNCHANGED)
+    bands = _small_bands(path, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', DeprecationWarning)  # (python 3.12: fork beside threads)
+        child = os.fork()
+    if child == 0:
+        os._exit(0 if np.array_equal(bands[2990:3000, 0:400], expected[2990:]) else 1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, 9)
+        pytest.fail('the child waited for rows that no thread of its own decodes')
+    assert os.waitstatus_to_exitcode(status) == 0
