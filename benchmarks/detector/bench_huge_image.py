@@ -12,9 +12,9 @@ them as it cuts a real huge image. Both detect with 1024 patches overlapping by 
 step 824), scale 1.0 and a class-wise rotated NMS at IoU 0.1, one patch a forward as mmrotate's
 demo runs (bs=1; ours also at --batch-size). Timed: the first call (warm-up included) and the
 median of --repeats later calls, each ended by a CUDA synchronisation; ours also from the image
-already decoded, and the decoding alone (OpenCV's and ours); the command, end to end in its own process. AP50 of
-both against the mosaic's ground truth (our metric, VOC07 11 points, every object a gt as
-mmrotate's rule). --skip-mmrotate times ours alone (e.g. on the CPU, where
+already decoded, and the decoding alone (OpenCV's and ours); the command, end to end in its own
+process. AP50 of both against the mosaic's ground truth (our metric, VOC07 11 points, every
+object a gt as mmrotate's rule). --skip-mmrotate times ours alone (e.g. on the CPU, where
 mmcv's RiRoIAlignRotated does not run).
 """
 import argparse
@@ -142,8 +142,8 @@ def decoding_s(args, image: str) -> dict:
     def ours():
         source = ImageSource(image)
         source.read(source.height - 1, 0, 1, 1)
-    return dict(opencv_read_s=round(timed(lambda: cv2.imread(image, cv2.IMREAD_COLOR), args.repeats, 'cpu')[1], 4),
-                our_decode_s=round(timed(ours, args.repeats, 'cpu')[1], 4))
+    opencv = timed(lambda: cv2.imread(image, cv2.IMREAD_COLOR), args.repeats, 'cpu')[1]
+    return dict(opencv_read_s=round(opencv, 4), our_decode_s=round(timed(ours, args.repeats, 'cpu')[1], 4))
 
 
 def run_mmrotate(args, image: str) -> dict:

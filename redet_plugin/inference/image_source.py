@@ -2,8 +2,9 @@
 
 Uncompressed TIFF, BMP and PPM/PGM files are memory-mapped: a region read touches only its own
 rows, so an image of any size costs no memory of its own. An 8-bit PNG (gray, RGB, RGBA, not
-interlaced) is decoded band by band in the background (png_bands.py): a region can be read as soon
-as its rows are decoded, so the patches at the top run while the rest of the file is decoded.
+interlaced, no transparency chunk) is decoded band by band in the background (png_bands.py): a
+region can be read as soon as its rows are decoded, so the patches at the top run while the rest
+of the file is decoded.
 Other formats (JPEG, compressed TIFF, other PNGs) cannot be read by regions with OpenCV or Pillow;
 they are decoded once, whole, in their own pixel type, and each region is converted when it is read.
 
