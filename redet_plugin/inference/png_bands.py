@@ -48,8 +48,12 @@ class PngDecodeError(ValueError):
 class PngLayout(NamedTuple):
     width: int
     height: int
-    channels: int
+    colour: int  # PNG colour type: 0 gray, 2 RGB, 6 RGBA
     first_chunk: int  # file offset of the first IDAT chunk
+
+    @property
+    def channels(self) -> int:
+        return _CHANNELS[self.colour]
 
 
 def png_layout(path: str) -> Optional[PngLayout]:
@@ -71,7 +75,7 @@ def png_layout(path: str) -> Optional[PngLayout]:
                 return None
             length, kind = struct.unpack('>I', head[:4])[0], head[4:]
             if kind == b'IDAT':
-                return PngLayout(width, height, _CHANNELS[colour], offset)
+                return PngLayout(width, height, colour, offset)
             if kind in (b'tRNS', b'IEND'):
                 return None
             offset += 12 + length
@@ -150,7 +154,7 @@ class _BandDecoder:
     def _decode_the_rest_whole(self) -> None:
         pixels = cv2.imread(self.path, cv2.IMREAD_UNCHANGED)
         if pixels is None or pixels.shape != self.shape:
-            self._error = PngDecodeError(f'PNG {self.path!r} cannot be decoded by OpenCV')
+            self._error = self._decode_error('OpenCV cannot decode it')
             return
         self._pixels[self._done:] = pixels[self._done:]
         self._done = self.shape[0]
@@ -189,10 +193,10 @@ class _BandDecoder:
         except PngDecodeError as error:
             self._set_error(error)
         except Exception as error:  # noqa: B902 (anything else is a fault of the file too)
-            self._set_error(PngDecodeError(f'PNG {self.path!r} cannot be decoded: {error}'))
+            self._set_error(self._decode_error(str(error)))
         finally:  # (the inflate thread ends at its next band)
             if self._done < self.shape[0] and self._error is None:  # no reader may wait forever
-                self._set_error(PngDecodeError(f'PNG {self.path!r}: decoding ended early'))
+                self._set_error(self._decode_error('decoding ended early'))
             self._stopped.set()
             self._threads[0].join()
             _RUNNING.discard(self)
@@ -202,8 +206,11 @@ class _BandDecoder:
             self._error = error
             self._changed.notify_all()
 
+    def _decode_error(self, why: str) -> PngDecodeError:
+        return PngDecodeError(f'PNG {self.path!r} cannot be decoded: {why}')
+
     def _fail(self, why: str):
-        raise PngDecodeError(f'PNG {self.path!r} cannot be decoded: {why}')
+        raise self._decode_error(why)
 
     def _filtered_bands(self) -> Iterator[bytes]:
         """The inflated image data, `_band_rows` filtered rows at a time. The last band comes
@@ -272,8 +279,7 @@ class _BandDecoder:
 
     def _band_png(self, filtered: bytes, rows: int) -> bytes:
         """A PNG of `rows` rows of this image's width and format, its data stored uncompressed."""
-        colour = {1: 0, 3: 2, 4: 6}[self._layout.channels]
-        header = struct.pack('>IIBBBBB', self.shape[1], rows, 8, colour, 0, 0, 0)
+        header = struct.pack('>IIBBBBB', self.shape[1], rows, 8, self._layout.colour, 0, 0, 0)
         return _SIGNATURE + _chunk(b'IHDR', header) + _chunk(b'IDAT', zlib.compress(filtered, 0)) + \
             _chunk(b'IEND', b'')
 
