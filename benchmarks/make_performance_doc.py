@@ -644,6 +644,32 @@ def test_loop(path, d):
             table(['part', 'ms / image', 'share'], rows)] + _profiled_functions(d)
 
 
+TEST_PATHS = {
+    'equivariant_fp32': "e2cnn's modules, full float32 (the captured test forward before the "
+                        "options below)",
+    'plain_fp32': 'plain convolutions with folded batch norms, full float32',
+    'plain_tf32': 'plain convolutions, TF32 matrix products (the default)',
+    'plain_amp': 'plain convolutions, fp16 autocast',
+}
+
+
+def test_forward(path, d):
+    baseline = d['baseline']
+    rows = [[TEST_PATHS.get(name, name), f"`{run['tools_test_options']}`",
+             num(run['ms_per_image']), f"{num(run['speedup_vs_baseline'])}×"
+             if 'speedup_vs_baseline' in run else DASH, num(run['detections_per_image'])]
+            for name, run in d['runs'].items()]
+    return [f"The model's time per test image by test path, `{d['config']}` with the checkpoint "
+            f"`{osp.basename(d['checkpoint'])}`: each path a model of its own in one process, "
+            f"its test steps run back to back as `tools/test.py` runs them (each image's "
+            f"detections cut while the next runs; the loader left out), on {d['images']} images "
+            f"already loaded, after {d['warmup']} unmeasured ones (the CUDA graph's capture). "
+            f"The paths take turns over {d['rounds']} rounds; the median round. Speed-up over "
+            f"the first row, `{baseline}`.",
+            table(['path', '`tools/test.py` options', 'ms / image', 'speed-up',
+                   'detections / image'], rows)]
+
+
 def _profiled_functions(d):
     if 'profile_own' not in d:
         return []
@@ -753,6 +779,8 @@ SECTIONS = [
      test_loop),
     ('Where tools/test.py --amp spends each image', 'amp_test_loop',
      'benchmarks/profiling/profile_test_loop.py -- --amp', test_loop),
+    ('The model per test image, by test path', 'test_forward',
+     'benchmarks/detector/bench_test_forward.py', test_forward),
     ('Start-up of the tools', 'startup', 'benchmarks/profiling/startup_phases.py', startup),
     ('The exported model', 'compiled_package', 'benchmarks/deploy/bench_compiled_package.py',
      compiled_package),
