@@ -654,20 +654,24 @@ TEST_PATHS = {
 
 
 def test_forward(path, d):
-    baseline = d['baseline']
+    first = d['first']
     rows = [[TEST_PATHS.get(name, name), f"`{run['tools_test_options']}`",
-             num(run['ms_per_image']), f"{num(run['speedup_vs_baseline'])}×"
-             if 'speedup_vs_baseline' in run else DASH, num(run['detections_per_image'])]
+             num(run['ms_per_image']), f"{num(run['speedup_vs_first'])}×", num(run['mAP']),
+             f"{run['mAP_minus_first']:+.4f}", num(run['detections_per_image']),
+             f"{100 * run['matched_to_first']:.1f}%" if run['matched_to_first'] is not None
+             else DASH]
             for name, run in d['runs'].items()]
     return [f"The model's time per test image by test path, `{d['config']}` with the checkpoint "
             f"`{osp.basename(d['checkpoint'])}`: each path a model of its own in one process, "
             f"its test steps run back to back as `tools/test.py` runs them (each image's "
-            f"detections cut while the next runs; the loader left out), on {d['images']} images "
-            f"already loaded, after {d['warmup']} unmeasured ones (the CUDA graph's capture). "
-            f"The paths take turns over {d['rounds']} rounds; the median round. Speed-up over "
-            f"the first row, `{baseline}`.",
-            table(['path', '`tools/test.py` options', 'ms / image', 'speed-up',
-                   'detections / image'], rows)]
+            f"detections cut while the next runs; the loader left out), on {d['images']} "
+            f"annotated images already loaded, after {d['warmup']} unmeasured ones (the CUDA "
+            f"graph's capture). The paths take turns over {d['rounds']} rounds; the median "
+            f"round. Speed-up and mAP difference against the first row; matched: the share of "
+            f"the first row's detections found again one to one (same label, score within "
+            f"1e-3, every box number within 1e-3 of the box's size).",
+            table(['path', '`tools/test.py` options', 'ms / image', 'speed-up', 'mAP@0.5',
+                   'mAP difference', 'detections / image', 'matched'], rows)]
 
 
 def _profiled_functions(d):
