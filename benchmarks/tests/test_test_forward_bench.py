@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import redet_plugin.mm  # noqa: F401  (registers the mm layer)
+from benchmarks._initial_checkpoint import save_initial_checkpoint
 from benchmarks.detector import bench_test_forward
-from redet_plugin.datasets import SYNTHETIC_CLASSES, generate_synthetic_dota
+from redet_plugin.datasets import generate_synthetic_dota
 from redet_plugin.models.layers.equivariant import EquivariantNetwork
 
 from .test_profiling_tools import TINY
@@ -15,17 +16,11 @@ from .test_profiling_tools import TINY
 
 @pytest.fixture(scope='module')
 def setup(tmp_path_factory):
-    from mmdet.registry import MODELS
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
     tmp = tmp_path_factory.mktemp('test_forward')
     root = str(tmp / 'syn')
     generate_synthetic_dota(root, num_train=0, num_val=2, image_size=96, progress=False)
-    init_default_scope('mmdet')
     checkpoint = str(tmp / 'tiny.pth')
-    model = MODELS.build(Config.fromfile(TINY).model)
-    torch.save({'state_dict': model.state_dict(),
-                'meta': {'dataset_meta': {'classes': SYNTHETIC_CLASSES}}}, checkpoint)
+    save_initial_checkpoint(TINY, checkpoint)
     return root, checkpoint, tmp
 
 
