@@ -645,9 +645,9 @@ def test_loop(path, d):
 
 
 TEST_PATHS = {
-    'equivariant_fp32': "e2cnn's modules, full float32 (the captured test forward before the "
-                        "options below)",
-    'plain_fp32': 'plain convolutions with folded batch norms, full float32',
+    'equivariant_fp32': "e2cnn's modules, float32 matrix products (the captured test forward "
+                        "before the options below)",
+    'plain_fp32': 'plain convolutions with folded batch norms, float32 matrix products',
     'plain_tf32': 'plain convolutions, TF32 matrix products (the default)',
     'plain_amp': 'plain convolutions, fp16 autocast',
 }
@@ -669,7 +669,9 @@ def test_forward(path, d):
             f"graph's capture). The paths take turns over {d['rounds']} rounds; the median "
             f"round. Speed-up and mAP difference against the first row; matched: the share of "
             f"the first row's detections found again one to one (same label, score within "
-            f"1e-3, every box number within 1e-3 of the box's size).",
+            f"1e-3, every box number within 1e-3 of the box's size). Every path runs its float32 "
+            f"convolutions in TF32 (cuDNN's default); the options choose the matrix products' "
+            f"precision (the R-CNN heads' linear layers).",
             table(['path', '`tools/test.py` options', 'ms / image', 'speed-up', 'mAP@0.5',
                    'mAP difference', 'detections / image', 'matched'], rows)]
 

@@ -1,6 +1,7 @@
-"""Model time per test image, by test path: the captured test forward with e2cnn's modules in
-full float32 against the paths tools/test.py offers (plain convolutions, TF32 matrix products,
---amp), on the same checkpoint and images in one process, with what each path detects.
+"""Model time per test image, by test path: the captured test forward with e2cnn's modules and
+float32 matrix products against the paths tools/test.py offers (plain convolutions, TF32 matrix
+products, --amp), on the same checkpoint and images in one process, with what each path detects.
+(Every path runs float32 convolutions as torch is set to: in TF32 by cuDNN's default.)
 
 Each path is a model of its own, built from the config and the checkpoint: its test steps run as
 RedetTestLoop runs them (each image's detections cut while the next image runs), back to back on
