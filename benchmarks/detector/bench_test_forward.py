@@ -142,9 +142,11 @@ def ms_per_image(step, finish, batches, device):
 
 
 def detections(model, amp, batches):
-    """Each image's data sample with its detections, as the test loop hands them on."""
+    """Each image's data sample with its detections, as the test loop hands them on; copies:
+    a test step writes its detections into the batch's own samples, which every path shares."""
     samples = []
-    step, flush = loop_steps(model, amp, lambda idx, batch, outputs: samples.extend(outputs))
+    step, flush = loop_steps(model, amp, lambda idx, batch, outputs: samples.extend(
+        sample.clone() for sample in outputs))
     for batch in batches:
         step(batch)
     flush()

@@ -60,6 +60,28 @@ def test_the_paths_time_the_same_images(setup):
     assert abs(runs['plain_fp32']['mAP_minus_first']) <= 0.002
 
 
+def test_each_paths_detections_are_its_own(setup, tmp_path):
+    """The paths run the same batches, whose samples each test step writes its detections into:
+    one path's detections must not become another's."""
+    root, checkpoint, _ = setup
+    other = str(tmp_path / 'other.pth')
+    save_initial_checkpoint(TINY, other, seed=1)
+    args = bench_test_forward.parse_args(['--config', TINY, '--checkpoint', checkpoint,
+                                          '--data-root', root, '--device', 'cpu', '--out', 'x'])
+    cfg = bench_test_forward.load_config(args)
+    batches, _ = bench_test_forward.val_batches(cfg, 2)
+    first = bench_test_forward.detections(
+        bench_test_forward.build_path(cfg, args, 'plain_fp32'), False, batches)
+    boxes = [bench_test_forward.as_tensors(sample)[0].clone() for sample in first]
+    args.checkpoint = other
+    second = bench_test_forward.detections(
+        bench_test_forward.build_path(cfg, args, 'plain_fp32'), False, batches)
+    for sample, before in zip(first, boxes):
+        assert torch.equal(bench_test_forward.as_tensors(sample)[0], before)
+    assert bench_test_forward.matched_share(first, first) == 1.0
+    assert bench_test_forward.matched_share(second, first) < 0.5  # (other weights)
+
+
 def test_amp_is_left_out_on_the_cpu_and_refused_when_asked_for():
     args = bench_test_forward.parse_args(['--checkpoint', 'c', '--device', 'cpu', '--out', 'x'])
     assert args.paths == ['equivariant_fp32', 'plain_fp32', 'plain_tf32']
