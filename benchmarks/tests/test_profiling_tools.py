@@ -294,3 +294,34 @@ def test_huge_image_bench_runs_ours_on_a_mosaic(tmp_path):
     shifted = gts['bboxes'] + np.array([40, 0, 0, 0, 0], np.float32)
     assert bench_huge_image.ap50(shifted, np.ones(len(gts['labels'])), gts['labels'], gts,
                                  len(SYNTHETIC_CLASSES)) < 0.5
+
+
+def _test_work_dir(root, times, data_times, map50):
+    """A tools/test.py work dir as mmengine leaves it: the log of its windows and the metrics."""
+    run = root / '20261207_000000'
+    run.mkdir(parents=True)
+    lines = [f'12/07 00:00:0{i} - mmengine - INFO - Epoch(test) [{10 * i}/30]    eta: 0:00:01  '
+             f'time: {t:.4f}  data_time: {d:.4f}'
+             for i, (t, d) in enumerate(zip(times, data_times), start=1)]
+    (run / '20261207_000000.log').write_text('\n'.join(lines) + '\n')
+    (run / '20261207_000000.json').write_text(json.dumps({'dota/mAP': map50}))
+    return str(root)
+
+
+def test_same_checkpoint_test_sets_our_test_against_mmrotates(tmp_path):
+    from benchmarks.detector import same_checkpoint_test
+    theirs = _test_work_dir(tmp_path / 'theirs', [0.5, 0.0900, 0.0920], [0.4, 0.0100, 0.0120],
+                            0.8609)
+    ours = _test_work_dir(tmp_path / 'ours', [0.9, 0.0090, 0.0094], [0.8, 0.0010, 0.0014], 0.8603)
+    out = tmp_path / 'same.json'
+    result = same_checkpoint_test.main(['--ours', ours, '--mmrotate', theirs, '--checkpoint',
+                                        'iter_200.pth', '--out', str(out)])
+    assert json.loads(out.read_text()) == result
+    # the first window (warm-up) left out: 0.091 against 0.0092 s / image
+    assert result['runs']['ours']['s_per_image'] == pytest.approx(0.0092)
+    assert result['test_speedup'] == pytest.approx(round(0.091 / 0.0092, 2))
+    assert result['model_speedup'] == pytest.approx(10.0)  # 0.080 against 0.0080
+    assert result['mAP_minus_mmrotate'] == pytest.approx(-0.0006)
+    with pytest.raises(SystemExit):  # a test that logged nothing is no measurement
+        same_checkpoint_test.main(['--ours', str(tmp_path / 'none'), '--mmrotate', theirs,
+                                   '--checkpoint', 'c', '--out', str(out)])
