@@ -678,8 +678,9 @@ TEST_PATHS = {
 
 def test_forward(path, d):
     first = d['first']
-    rows = [[TEST_PATHS.get(name, name), f"`{run['tools_test_options']}`",
-             num(run['ms_per_image']), f"{num(run['speedup_vs_first'])}×", num(run['mAP']),
+    rows = [[TEST_PATHS.get(name, name), f"`{run['tools_test_options']}`"
+             if run['tools_test_options'].startswith('--') else run['tools_test_options'],
+             num(run['ms_per_image']), f"{num(run['speedup_vs_first'])}×", f"{run['mAP']:.4f}",
              f"{run['mAP_minus_first']:+.4f}", num(run['detections_per_image']),
              f"{100 * run['matched_to_first']:.1f}%" if run['matched_to_first'] is not None
              else DASH]

@@ -35,7 +35,7 @@ REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 PATHS = {
     'equivariant_fp32': (False, False, False, '--equivariant --cfg-options model.tf32_predict=False'),
     'plain_fp32': (True, False, False, '--cfg-options model.tf32_predict=False'),
-    'plain_tf32': (True, True, False, '(the default)'),
+    'plain_tf32': (True, True, False, 'none (the default)'),
     'plain_amp': (True, True, True, '--amp'),
 }
 
