@@ -5,7 +5,8 @@ In eval mode an e2cnn network computes what a plain network with the same number
 each e2cnn module wraps and unwraps its tensors and each field norm splits its channels by field
 type: many small launches. The plain form (e2cnn's own export, then each BatchNorm2d folded into
 the convolution before it) runs the same arithmetic up to float rounding, in a few large
-convolutions. Training needs the equivariant modules: the conversion is for test and inference
+convolutions; on a GPU the ReResNet's run with their ReLUs and residual sums inside cuDNN's
+convolution (fuse_epilogues). Training needs the equivariant modules: the conversion is for test and inference
 only, and cannot be undone in place.
 """
 from torch import nn
@@ -13,7 +14,7 @@ from torch import nn
 from ..models.layers.equivariant import EquivariantNetwork
 from .batch_norm_folding import fold_batch_norms
 
-__all__ = ["make_plain"]
+__all__ = ["fuse_epilogues", "make_plain"]
 
 
 def make_plain(model: nn.Module) -> int:
@@ -25,4 +26,18 @@ def make_plain(model: nn.Module) -> int:
     for network in networks:
         network.export()
         fold_batch_norms(network)
+        fuse_epilogues(network)
     return len(networks)
+
+
+def fuse_epilogues(network: nn.Module) -> int:
+    """Switches on `fused` (each convolution with its ReLU, and the residual sum, in one call:
+    models/layers/fused_convolution.py) in every module of `network` that has the switch and
+    whose batch norms are all folded away; returns how many."""
+    switched = 0
+    for module in network.modules():
+        norms = [child for name, child in module.named_children() if name.startswith('bn')]
+        if hasattr(module, 'fused') and norms and all(type(n) is nn.Identity for n in norms):
+            module.fused = True
+            switched += 1
+    return switched

@@ -17,13 +17,17 @@ from redet_plugin.utils.registration import register
 from ..layers.equivariant import (NUM_ORIENTATIONS, EquivariantNetwork, FieldSequential, r2conv,
                            regular_type, to_plain, trivial_type)
 from ..layers.field_batch_norm import FieldBatchNorm
+from ..layers.fused_convolution import conv_add_relu, conv_relu
 
 
 class _ReBlock(torch.nn.Module):
-    """Base of the residual blocks; their forward runs on GeometricTensors and, once exported, on tensors."""
+    """Base of the residual blocks; their forward runs on GeometricTensors and, once exported, on
+    tensors. `fused`: exported with the batch norms folded into the convolutions, each
+    convolution runs with its ReLU (and the residual sum) in one call (fused_convolution.py)."""
 
     expansion = 1
     last_norm_name = ""
+    fused = False
 
 
 class ReBasicBlock(_ReBlock):
@@ -44,6 +48,8 @@ class ReBasicBlock(_ReBlock):
 
     def forward(self, x):
         identity = x if self.downsample is None else self.downsample(x)
+        if self.fused:
+            return conv_add_relu(self.conv2, conv_relu(self.conv1, x), identity)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
         return self.relu(out + identity)
@@ -74,6 +80,9 @@ class ReBottleneck(_ReBlock):
 
     def forward(self, x):
         identity = x if self.downsample is None else self.downsample(x)
+        if self.fused:
+            out = conv_relu(self.conv2, conv_relu(self.conv1, x))
+            return conv_add_relu(self.conv3, out, identity)
         out = self.relu_mid(self.bn1(self.conv1(x)))
         out = self.relu_mid(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
@@ -100,8 +109,13 @@ class ReResNet(EquivariantNetwork, BaseModule):
 
     Output: a tuple of plain tensors, stage i has base_channels * 2**i * expansion channels
     (expansion 1 for depths 18/34, 4 for 50/101), stride 4 * 2**i.
+
+    `fused` (set by inference/plain_model.py's make_plain on the network and its blocks, once
+    exported with the batch norms folded): each convolution runs with its ReLU, and a block's
+    last one with the residual sum, in one call (models/layers/fused_convolution.py).
     """
 
+    fused = False
     arch_settings = {
         18: (ReBasicBlock, (2, 2, 2, 2)),
         34: (ReBasicBlock, (3, 4, 6, 3)),
@@ -187,7 +201,8 @@ class ReResNet(EquivariantNetwork, BaseModule):
 
     def forward(self, x):
         x = self.wrap_input(x, self.in_type, "x")
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = conv_relu(self.conv1, x) if self.fused else self.relu(self.bn1(self.conv1(x)))
+        x = self.maxpool(x)
         outs = []
         for i, name in enumerate(self.layer_names):
             x = getattr(self, name)(x)
