@@ -6,8 +6,8 @@ each e2cnn module wraps and unwraps its tensors and each field norm splits its c
 type: many small launches. The plain form (e2cnn's own export, then each BatchNorm2d folded into
 the convolution before it) runs the same arithmetic up to float rounding, in a few large
 convolutions; on a GPU the ReResNet's run with their ReLUs and residual sums inside cuDNN's
-convolution (fuse_epilogues). Training needs the equivariant modules: the conversion is for test and inference
-only, and cannot be undone in place.
+convolution (fuse_epilogues). Training needs the equivariant modules: the conversion is for test
+and inference only, and cannot be undone in place.
 """
 from torch import nn
 
