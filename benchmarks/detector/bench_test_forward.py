@@ -33,7 +33,8 @@ REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 # name: (plain convolutions, TF32 matrix products, fp16 autocast, how tools/test.py runs it);
 # the first is the one the others are compared with
 PATHS = {
-    'equivariant_fp32': (False, False, False, '--equivariant --cfg-options model.tf32_predict=False'),
+    'equivariant_fp32': (False, False, False,
+                         '--equivariant --cfg-options model.tf32_predict=False'),
     'plain_fp32': (True, False, False, '--cfg-options model.tf32_predict=False'),
     'plain_tf32': (True, True, False, 'none (the default)'),
     'plain_amp': (True, True, True, '--amp'),
