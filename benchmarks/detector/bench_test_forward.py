@@ -23,11 +23,13 @@ import os.path as osp
 import statistics
 import sys
 import time
+from types import SimpleNamespace
 
 import torch
 
 from benchmarks.detector.bench_detector_vs_mmrotate import environment
 from benchmarks.detector.mmrotate_parity import match_count
+from benchmarks.profiling.profile_detector import one_behind
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 # name: (plain convolutions, TF32 matrix products, fp16 autocast, how tools/test.py runs it);
@@ -112,23 +114,15 @@ def build_path(cfg, args, name):
     return model.eval()
 
 
+def step_args(args, name):
+    """What a test step of path `name` reads (profile_detector's one_behind): the device and
+    whether it runs under fp16 autocast."""
+    return SimpleNamespace(device=args.device, amp=PATHS[name][2])
+
+
 def sync(device):
     if torch.device(device).type == 'cuda':
         torch.cuda.synchronize(device)
-
-
-def loop_steps(model, amp, finish=lambda idx, batch, outputs: None):
-    """A test step as RedetTestLoop runs it, `step(batch)`, and `flush()`, which finishes the
-    last; `finish` gets each batch's cut outputs."""
-    from mmengine.runner.amp import autocast
-
-    from redet_plugin.engine import OneBatchBehind
-    behind = OneBatchBehind(finish)
-
-    def run(batch):
-        with torch.no_grad(), autocast(enabled=amp):  # (as mmengine's test loop runs it)
-            return model.test_step(batch)
-    return (lambda batch: behind.step(0, batch, run)), behind.flush
 
 
 def ms_per_image(step, finish, batches, device):
@@ -142,11 +136,11 @@ def ms_per_image(step, finish, batches, device):
     return 1000 * (time.perf_counter() - start) / len(batches)
 
 
-def detections(model, amp, batches):
+def detections(model, step_args, batches):
     """Each image's data sample with its detections, as the test loop hands them on; copies:
     a test step writes its detections into the batch's own samples, which every path shares."""
     samples = []
-    step, flush = loop_steps(model, amp, lambda idx, batch, outputs: samples.extend(
+    step, flush = one_behind(model, step_args, lambda idx, batch, outputs: samples.extend(
         sample.clone() for sample in outputs))
     for batch in batches:
         step(batch)
@@ -186,9 +180,8 @@ def main(argv=None):
     warmup, timed = batches[:args.warmup], batches[args.warmup:]
     models, steps = {}, {}
     for name in args.paths:
-        amp = PATHS[name][2]
         models[name] = build_path(cfg, args, name)
-        step, flush = loop_steps(models[name], amp)
+        step, flush = one_behind(models[name], step_args(args, name))
         for batch in warmup:  # (the predict graphs are captured here)
             step(batch)
         flush()
@@ -200,7 +193,7 @@ def main(argv=None):
     runs, reference = {}, None
     for name in args.paths:
         plain, tf32, amp, how = PATHS[name]
-        samples = detections(models[name], amp, timed)
+        samples = detections(models[name], step_args(args, name), timed)
         if reference is None:
             reference = samples
         runs[name] = dict(

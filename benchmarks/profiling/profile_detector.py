@@ -264,11 +264,11 @@ def plain_test_image(model, batch, args):
         return model.test_step(batch)
 
 
-def one_behind(model, args):
+def one_behind(model, args, finish=lambda idx, batch, outputs: None):
     """A test step as RedetTestLoop runs it, `step(batch)`, and `flush()`, which finishes the
-    last."""
+    last; `finish` gets each batch's cut outputs."""
     from redet_plugin.engine import OneBatchBehind
-    behind = OneBatchBehind(lambda idx, batch, outputs: None)  # (it cuts the outputs)
+    behind = OneBatchBehind(finish)  # (it cuts the outputs)
     return (lambda b: behind.step(0, b, lambda b: plain_test_image(model, b, args)),
             behind.flush)
 

@@ -71,11 +71,13 @@ def test_each_paths_detections_are_its_own(setup, tmp_path):
     cfg = bench_test_forward.load_config(args)
     batches, _ = bench_test_forward.val_batches(cfg, 2)
     first = bench_test_forward.detections(
-        bench_test_forward.build_path(cfg, args, 'plain_fp32'), False, batches)
+        bench_test_forward.build_path(cfg, args, 'plain_fp32'),
+        bench_test_forward.step_args(args, 'plain_fp32'), batches)
     boxes = [bench_test_forward.as_tensors(sample)[0].clone() for sample in first]
     args.checkpoint = other
     second = bench_test_forward.detections(
-        bench_test_forward.build_path(cfg, args, 'plain_fp32'), False, batches)
+        bench_test_forward.build_path(cfg, args, 'plain_fp32'),
+        bench_test_forward.step_args(args, 'plain_fp32'), batches)
     for sample, before in zip(first, boxes):
         assert torch.equal(bench_test_forward.as_tensors(sample)[0], before)
     assert bench_test_forward.matched_share(first, first) == 1.0

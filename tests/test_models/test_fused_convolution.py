@@ -19,7 +19,7 @@ def backbone(depth=18):
     model = ReResNet(depth=depth, base_channels=16).eval()
     with torch.no_grad():  # (batch norms with statistics of their own, so folding them matters)
         for m in model.modules():
-            if isinstance(m, nn.BatchNorm3d) or hasattr(m, 'running_var'):
+            if hasattr(m, 'running_var'):
                 m.running_mean.uniform_(-0.5, 0.5)
                 m.running_var.uniform_(0.5, 2.0)
     return model
