@@ -103,14 +103,14 @@ def build_path(cfg, args, name):
     from mmengine.runner import load_checkpoint
 
     from redet_plugin.inference.plain_model import make_plain
-    plain, tf32, _, _ = PATHS[name]
+    plain, tf32, amp, _ = PATHS[name]
     model_cfg = cfg.model.copy()
     model_cfg['tf32_predict'] = tf32
     model = MODELS.build(model_cfg)
     load_checkpoint(model, args.checkpoint, map_location='cpu', logger='silent')
     model.to(args.device)
     if plain:
-        make_plain(model)  # (what tools/test.py's PlainTestHook does)
+        make_plain(model, half=amp)  # (what tools/test.py's PlainTestHook does)
     return model.eval()
 
 

@@ -17,7 +17,8 @@ class PlainTestHook(Hook):
 
     def before_test(self, runner) -> None:
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
-        converted = make_plain(model)
+        # (the test loop's fp16: tools/test.py --amp)
+        converted = make_plain(model, half=bool(getattr(runner.test_loop, 'fp16', False)))
         if converted:
             print_log(f"test: {converted} equivariant network(s) run as plain convolutions with "
                       "folded batch norms (--equivariant keeps e2cnn's modules)", logger="current")

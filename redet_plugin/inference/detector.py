@@ -89,7 +89,7 @@ class RotatedDetector:
         self.amp = bool(amp)
         self.model, self.classes, self.palette = _build_model(config, checkpoint, self.device, cfg_options)
         if plain:
-            make_plain(self.model)
+            make_plain(self.model, half=self.amp)
 
     def _set_patching(self, patch_size, patch_overlap, scales, batch_size, score_thr, merge_iou_thr):
         scales = tuple(float(s) for s in scales)

@@ -86,7 +86,7 @@ def single_image_forward(model: torch.nn.Module, image_size,
     batch norms folded into the convolutions (make_plain: in the module, so the saved program
     and the compiled package run the same folded graph), as one image's test forward (under
     fp16 autocast when `half`)."""
-    make_plain(model)
+    make_plain(model, half=half)
     return SingleImageForward(model.eval(), image_size, half=half).eval()
 
 

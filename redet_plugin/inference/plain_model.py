@@ -9,6 +9,7 @@ convolutions; on a GPU the ReResNet's run with their ReLUs and residual sums ins
 convolution (fuse_epilogues). Training needs the equivariant modules: the conversion is for test
 and inference only, and cannot be undone in place.
 """
+import torch
 from torch import nn
 
 from ..models.layers.equivariant import EquivariantNetwork
@@ -17,9 +18,14 @@ from .batch_norm_folding import fold_batch_norms
 __all__ = ["fuse_epilogues", "make_plain"]
 
 
-def make_plain(model: nn.Module) -> int:
+def make_plain(model: nn.Module, half: bool = False) -> int:
     """Puts `model` in eval mode and converts its equivariant networks, in place; returns how
-    many networks were converted (0: none left to convert)."""
+    many networks were converted (0: none left to convert).
+
+    half: for a model that runs only under fp16 autocast (`--amp`): the converted networks'
+    convolution weights are stored in fp16, the dtype autocast runs a convolution in, so that it
+    does not cast each of them again at every forward (the same numbers).
+    """
     model.eval()
     networks = [m for m in model.modules()
                 if isinstance(m, EquivariantNetwork) and not m.exported]
@@ -27,6 +33,10 @@ def make_plain(model: nn.Module) -> int:
         network.export()
         fold_batch_norms(network)
         fuse_epilogues(network)
+        if half:
+            for conv in network.modules():
+                if type(conv) is nn.Conv2d:
+                    conv.to(torch.float16)
     return len(networks)
 
 

@@ -53,3 +53,33 @@ def test_rotated_detector_is_plain_by_default_with_the_same_detections():
     np.testing.assert_array_equal(ours.labels, theirs.labels)
     np.testing.assert_allclose(ours.scores, theirs.scores, rtol=0, atol=1e-5)
     np.testing.assert_allclose(ours.boxes, theirs.boxes, rtol=1e-3, atol=1e-3)
+
+
+def test_half_keeps_the_plain_convolutions_in_fp16_and_nothing_else():
+    model = tiny_detector()
+    assert make_plain(model, half=True) == 2
+    networks = [model.backbone, model.neck]
+    convs = [m for net in networks for m in net.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert convs and all(p.dtype == torch.float16 for c in convs for p in c.parameters())
+    in_networks = {id(p) for net in networks for p in net.parameters()}
+    others = [p for p in model.parameters() if id(p) not in in_networks]
+    assert others and all(p.dtype == torch.float32 for p in others)
+
+
+@pytest.mark.cuda
+def test_half_gives_the_detections_of_autocasts_own_casts():
+    """Under fp16 autocast, the weights stored in fp16 are the ones autocast would cast."""
+    found = []
+    for half in (False, True):
+        model = tiny_detector().cuda()
+        model.test_cfg.rcnn.score_thr = 0.0
+        make_plain(model, half=half)
+        g = torch.Generator().manual_seed(0)
+        x = torch.randint(0, 256, (1, 3, 128, 128), generator=g).float().cuda()
+        with torch.no_grad(), torch.autocast('cuda', torch.float16):
+            found.append(model.predict(x, make_samples(1, 128, (0,)))[0].pred_instances)
+    ours, theirs = found[1], found[0]
+    assert len(ours) == len(theirs) > 10
+    assert torch.equal(ours.labels, theirs.labels)
+    torch.testing.assert_close(ours.scores, theirs.scores, rtol=0, atol=1e-3)
+    torch.testing.assert_close(ours.bboxes, theirs.bboxes, rtol=1e-3, atol=1e-2)

@@ -222,3 +222,21 @@ def test_cuda_loss_and_proposals_wait_for_nothing_and_match_the_cpu():
         assert torch.equal(res.valid.cpu(), exp.valid)
         torch.testing.assert_close(res.bboxes.cpu()[exp.valid], exp.bboxes[exp.valid],
                                    rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize('device', ['cpu', pytest.param('cuda', marks=pytest.mark.cuda)])
+@pytest.mark.parametrize('grad', [False, True])
+def test_forward_equals_mmdets(device, grad, monkeypatch):
+    """On a GPU without autograd the shared convolution and its ReLU are one cuDNN call."""
+    ours, theirs = (head.to(device) for head in head_pair())
+    fused_calls = []
+    original = torch.cudnn_convolution_relu
+    monkeypatch.setattr(torch, 'cudnn_convolution_relu',
+                        lambda *a: fused_calls.append(1) or original(*a))
+    g = torch.Generator().manual_seed(0)
+    feats = [torch.randn(2, 8, PAD // s, PAD // s, generator=g).to(device) for s in STRIDES]
+    with torch.set_grad_enabled(grad):
+        got, expected = ours(feats), theirs(feats)
+    for ours_level, theirs_level in zip(sum(got, []), sum(expected, [])):
+        torch.testing.assert_close(ours_level, theirs_level, rtol=1e-4, atol=1e-4)
+    assert len(fused_calls) == (len(STRIDES) if device == 'cuda' and not grad else 0)

@@ -28,12 +28,13 @@ from mmdet.models.task_modules.prior_generators import anchor_inside_flags
 from mmdet.registry import MODELS
 from mmdet.structures.bbox import get_box_tensor
 from mmengine.structures import InstanceData
-from torch import Tensor
+from torch import Tensor, nn
 
 from redet_plugin.models.utils.device_constants import kept_in
 from redet_plugin.ops import nms_keep_mask
 from redet_plugin.utils.registration import register
 
+from ..layers.fused_convolution import conv_relu
 from ..layers.multiclass_nms import kept_first, nms_arguments
 from ..task_modules.samplers import check_random_sampler, sample_masks
 from ..task_modules.assigners import MaxIoUAssigner
@@ -58,6 +59,14 @@ class RPNHead(MMDetRPNHead):
                 raise ValueError('reg_decoded_bbox: not supported by RedetRPNHead')
         self._anchor_cache = {}
         self._inside_cache = {}
+
+    def forward_single(self, x: Tensor) -> Tuple[Tensor, Tensor]:
+        """mmdet's, with the shared convolution and its ReLU in one call where cuDNN can
+        (fused_convolution.py: a GPU at inference)."""
+        if type(self.rpn_conv) is not nn.Conv2d:  # (num_convs > 1: ConvModules)
+            return super().forward_single(x)
+        x = conv_relu(self.rpn_conv, x)
+        return self.rpn_cls(x), self.rpn_reg(x)
 
     def anchors(self, featmap_sizes: Sequence[Tuple[int, int]], dtype: torch.dtype,
                 device: torch.device) -> List[Tensor]:
