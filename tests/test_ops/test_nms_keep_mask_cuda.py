@@ -65,7 +65,8 @@ def test_cuda_matches_cpu_in_every_dtype(dtype):
 
 @pytest.mark.parametrize("labels_kind", ["few large groups", "many groups under 64 boxes",
                                          "one box per label", "labels sorted by score",
-                                         "image x level groups like the rpn's"])
+                                         "image x level groups like the rpn's",
+                                         "groups among single boxes like the rcnn's"])
 def test_cuda_label_groups_of_every_size(labels_kind):
     # The mask kernel skips the words between label groups and the scan stops at a group's end:
     # groups that span several 64-box blocks, end inside one, or hold a single box.
@@ -79,6 +80,9 @@ def test_cuda_label_groups_of_every_size(labels_kind):
         labels = torch.randperm(n)
     elif labels_kind == "labels sorted by score":
         labels = (scores.argsort(descending=True).argsort() // 37).long()
+    elif labels_kind == "groups among single boxes like the rcnn's":
+        # (multiclass NMS: every pair below score_thr has a label of its own)
+        labels = torch.where(torch.rand(n) < 0.3, torch.randint(0, 4, (n,)), torch.arange(n) + 4)
     else:  # groups of hundreds, none aligned to a tile, of the labels in any order
         sizes = torch.tensor([700, 500, 300, 97, 3, 400])
         labels = torch.tensor([4, 0, 5, 2, 1, 3]).repeat_interleave(sizes)

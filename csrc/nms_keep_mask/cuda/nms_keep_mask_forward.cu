@@ -18,6 +18,7 @@
 //      loop;
 //    - all threads then OR the words of the kept boxes into the "removed" words of the group's
 //      later tiles (shared memory, atomicOr), coalesced along the mask rows.
+//    Groups of one box are kept at once, without a pass of their own.
 //    Two __syncthreads per tile. (A tile shared by two groups is read by both scans, each
 //    deciding its own boxes: the words hold no bits between labels.)
 #include <ATen/OpMathType.h>
@@ -136,7 +137,11 @@ greedy_scan_kernel(const Word* __restrict__ mask, const int64_t* __restrict__ so
       for (int half = 0; half < 2; ++half) {
         const int p = tile_start + half * 32 + lane;
         const bool start = p < n && (p == 0 || sorted_labels[p] != sorted_labels[p - 1]);
-        found |= Word(__ballot_sync(kFullWarp, start)) << (half * 32);
+        // A group of one box is kept and needs no pass: the multiclass NMS gives every pair
+        // below score_thr a label of its own, most of its candidates.
+        const bool alone = start && (p + 1 == n || sorted_labels[p + 1] != sorted_labels[p]);
+        if (alone) keep[order[p]] = true;
+        found |= Word(__ballot_sync(kFullWarp, start && !alone)) << (half * 32);
       }
     }
     if (lane == 0) starts = found;
