@@ -1,7 +1,8 @@
 """Small nms_keep_mask runs for compute-sanitizer (memcheck, racecheck): the suppression-mask
 kernel and the greedy scan on the device (csrc/nms_keep_mask/cuda/nms_keep_mask_forward.cu) on
 edge cases: no boxes, one box, a count that fills its 64-box words exactly and one that leaves a
-partial word, several blocks of words, rotated and horizontal boxes, with and without labels, every
+partial word, several blocks of words (more than the mask kernel's column lanes), label groups of
+one box and of several tiles, rotated and horizontal boxes, with and without labels, every
 dtype, and boxes with NaN, inf or zero size (IoU 0 with every box).
 Usage (repo root):
     compute-sanitizer --tool memcheck python -m benchmarks.sanitize.sanitize_nms_keep_mask"""
@@ -30,7 +31,10 @@ def run():
                 b[1, 2] = float("inf")
                 b[2, 2:4] = 0
             scores = torch.rand(n, generator=generator)
-            labels = torch.randint(0, 4, (n,), generator=generator)
+            # four groups among boxes with labels of their own (the multiclass NMS's pairs
+            # below score_thr): the scan's groups of one and its multi-tile groups
+            labels = torch.where(torch.rand(n, generator=generator) < 0.5,
+                                 torch.randint(0, 4, (n,), generator=generator), torch.arange(n) + 4)
             for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
                 for with_labels in (False, True):
                     try:

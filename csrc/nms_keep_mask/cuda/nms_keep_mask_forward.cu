@@ -23,6 +23,7 @@
 //    deciding its own boxes: the words hold no bits between labels.)
 #include <ATen/OpMathType.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common/cuda_utils.cuh"
@@ -34,6 +35,7 @@ namespace {
 
 constexpr int kBlockBoxes = 64;  // bits of a mask word
 constexpr int kScanThreads = 512;
+constexpr int kColumnLanes = 32;  // suppression_mask_kernel's grid width
 constexpr unsigned kFullWarp = 0xffffffffu;
 
 using Word = unsigned long long;
@@ -61,44 +63,57 @@ __device__ __forceinline__ int group_end_block(const int64_t* sorted_labels, int
   return lo;
 }
 
-// Grid (column block, row block); 64 threads, one per row of the row block.
+// Grid (column lane, row block); 64 threads, one per row of the row block. The block of
+// column lane j writes the row block's words of column blocks row_block + j, + j + gridDim.x, ...
+// up to the end of its label group: a grid of a few column lanes, not one block per word, since
+// most words are never read (the multiclass NMS's 30000 candidates are mostly groups of one:
+// a square grid of 470 x 470 blocks would mostly start blocks with nothing to do).
 template <typename scalar_t, int kDim>
 __global__ void __launch_bounds__(kBlockBoxes)
 suppression_mask_kernel(const scalar_t* __restrict__ sorted_boxes,
                         const int64_t* __restrict__ sorted_labels, int n, int num_blocks,
                         at::opmath_type<scalar_t> iou_threshold, Word* __restrict__ mask) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int row_block = blockIdx.y, col_block = blockIdx.x;
-  // Block-uniform exits (before any __syncthreads): words the scan never reads.
-  if (col_block < row_block) return;
-  if (col_block >= group_end_block(sorted_labels, n, row_block, num_blocks)) return;
-  const int row_start = row_block * kBlockBoxes, col_start = col_block * kBlockBoxes;
-  const int row_size = min(n - row_start, kBlockBoxes), col_size = min(n - col_start, kBlockBoxes);
+  const int row_block = blockIdx.y;
+  // block-uniform, so every thread takes the loop's __syncthreads alike
+  const int end_block = group_end_block(sorted_labels, n, row_block, num_blocks);
+  const int row_start = row_block * kBlockBoxes;
+  const int row_size = min(n - row_start, kBlockBoxes);
   __shared__ acc_t col_boxes[kBlockBoxes * kDim];
   __shared__ int64_t col_labels[kBlockBoxes];
   const int t = threadIdx.x;
-  if (t < col_size) {
-#pragma unroll
-    for (int d = 0; d < kDim; ++d) {
-      col_boxes[t * kDim + d] =
-          static_cast<acc_t>(sorted_boxes[(col_start + t) * int64_t(kDim) + d]);
-    }
-    col_labels[t] = sorted_labels != nullptr ? sorted_labels[col_start + t] : 0;
-  }
-  __syncthreads();
-  if (t >= row_size) return;
+  const bool has_row = t < row_size;
   const int row = row_start + t;
   acc_t box[kDim];
+  int64_t label = 0;
+  if (has_row) {
 #pragma unroll
-  for (int d = 0; d < kDim; ++d) box[d] = static_cast<acc_t>(sorted_boxes[row * int64_t(kDim) + d]);
-  const int64_t label = sorted_labels != nullptr ? sorted_labels[row] : 0;
-  Word bits = 0;
-  for (int i = row_block == col_block ? t + 1 : 0; i < col_size; ++i) {
-    if (suppresses<kDim>(box, &col_boxes[i * kDim], label, col_labels[i], iou_threshold)) {
-      bits |= Word(1) << i;
+    for (int d = 0; d < kDim; ++d) box[d] = static_cast<acc_t>(sorted_boxes[row * int64_t(kDim) + d]);
+    label = sorted_labels != nullptr ? sorted_labels[row] : 0;
+  }
+  for (int col_block = row_block + blockIdx.x; col_block < end_block; col_block += gridDim.x) {
+    const int col_start = col_block * kBlockBoxes;
+    const int col_size = min(n - col_start, kBlockBoxes);
+    __syncthreads();  // every thread is done with the previous column block's boxes
+    if (t < col_size) {
+#pragma unroll
+      for (int d = 0; d < kDim; ++d) {
+        col_boxes[t * kDim + d] =
+            static_cast<acc_t>(sorted_boxes[(col_start + t) * int64_t(kDim) + d]);
+      }
+      col_labels[t] = sorted_labels != nullptr ? sorted_labels[col_start + t] : 0;
+    }
+    __syncthreads();
+    if (has_row) {
+      Word bits = 0;
+      for (int i = col_block == row_block ? t + 1 : 0; i < col_size; ++i) {
+        if (suppresses<kDim>(box, &col_boxes[i * kDim], label, col_labels[i], iou_threshold)) {
+          bits |= Word(1) << i;
+        }
+      }
+      mask[static_cast<int64_t>(row) * num_blocks + col_block] = bits;
     }
   }
-  mask[static_cast<int64_t>(row) * num_blocks + col_block] = bits;
 }
 
 // Position one past the run of `label` that starts at sorted position `start` (labels sorted).
@@ -220,7 +235,7 @@ at::Tensor nms_keep_mask_cuda(const at::Tensor& boxes_, const at::Tensor& scores
   const auto type = boxes_.scalar_type();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, type, "nms_keep_mask_cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const dim3 grid(num_blocks, num_blocks);
+    const dim3 grid(std::min(num_blocks, kColumnLanes), num_blocks);
     const auto launch = [&](auto dim) {
       suppression_mask_kernel<scalar_t, decltype(dim)::value><<<grid, kBlockBoxes, 0, stream>>>(
           sorted_boxes.data_ptr<scalar_t>(), label_data, n, num_blocks,
